@@ -1,0 +1,590 @@
+"""Reference STOMP frame scanner and encoder in plain Python: the executable spec.
+
+``_scanner_c.pyx`` implements exactly the same behaviour faster; the test suite
+runs every scanner test on both and compares them on random input. What the
+scanner accepts and refuses is documented in ``docs/framing.md``.
+
+Theory of operation
+-------------------
+The scanner keeps one ``bytearray``. ``feed()`` appends to it, takes every
+complete frame off the front and deletes what it consumed (deleting from the
+front of a bytearray is O(1) in CPython), so between calls the buffer holds only
+the start of one incomplete frame, and that frame starts at index 0.
+
+A frame is scanned in two stages:
+
+1. *head*: search for the blank line that ends the headers. The search resumes
+   where the previous call stopped (``_scan``), so no byte is searched twice.
+   Bytes of an unfinished head are checked incrementally (``_checked``) for the
+   faults that can be proved before the head is complete.
+2. *body*: with ``content-length``, wait until that many bytes and one more (the
+   NUL) are buffered; without, search for the NUL, again resuming (``_scan``).
+
+Faults are positional: each has the stream position at which it becomes
+provable, and when several are present the earliest wins (ties in a fixed
+order). That is what makes the result, the frames before a fault and the class
+of the fault, independent of how the input was split into chunks.
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import repeat
+from typing import Any, Iterable, List, Mapping, Optional, Tuple, Union
+
+from .errors import ConfigurationError, LimitExceededError, LocalProtocolError, RemoteProtocolError
+from .frames import COMMANDS, Frame
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
+    "DEFAULT_MAX_HEADERS",
+    "DEFAULT_MAX_HEADER_BYTES",
+    "MAX_LIMIT",
+    "FrameScanner",
+    "encode_frame",
+]
+
+#: 100 MiB: ActiveMQ's default ``maxFrameSize``.
+DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+#: ActiveMQ's default ``maxHeaders``.
+DEFAULT_MAX_HEADERS = 1000
+#: Command line, header lines and the blank line together.
+DEFAULT_MAX_HEADER_BYTES = 256 * 1024
+#: The largest value any limit may be set to.
+MAX_LIMIT = 2**48
+
+_VERSIONS = {"1.0": 10, "1.1": 11, "1.2": 12}
+# STOMP 1.1/1.2 "Value Encoding": CONNECT and CONNECTED are never escaped (STOMP
+# is the 1.1+ spelling of CONNECT and follows the same rule).
+_UNESCAPED_COMMANDS = frozenset({"CONNECT", "STOMP", "CONNECTED"})
+_UNESCAPE = {
+    11: {"\\n": "\n", "\\c": ":", "\\\\": "\\"},
+    12: {"\\n": "\n", "\\c": ":", "\\\\": "\\", "\\r": "\r"},
+}
+_ESCAPE = {
+    11: str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c"}),
+    12: str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c", "\r": "\\r"}),
+}
+_ESCAPE_SEQ = re.compile(r"\\.?", re.S)
+_PAD = " \t"  # STOMP 1.0 peers pad names and values with these
+_SKIPPABLE = b"\n\r "  # bytes _skip_eols may skip before a frame (the space only when lenient)
+_split = str.split
+
+
+def _version_code(version: Any) -> int:
+    try:
+        return _VERSIONS[version]
+    except (KeyError, TypeError):
+        raise ConfigurationError(
+            f"unsupported STOMP version {version!r}: expected '1.0', '1.1' or '1.2'"
+        ) from None
+
+
+def _limit(name: str, value: Any, default: int) -> int:
+    if value is None:
+        return default
+    if type(value) is not int or not 1 <= value <= MAX_LIMIT:
+        raise ConfigurationError(f"{name} must be an int from 1 to 2**48 or None, not {value!r}")
+    return value
+
+
+class _BadEscape(Exception):
+    pass
+
+
+def _unescape(text: str, table: dict) -> str:
+    def replace(match: "re.Match[str]") -> str:
+        seq = match.group()
+        try:
+            return table[seq]
+        except KeyError:
+            raise _BadEscape(seq) from None
+
+    return _ESCAPE_SEQ.sub(replace, text)
+
+
+class FrameScanner:
+    """Turns received bytes into :class:`~stompfast.Frame` values.
+
+    Args:
+        version: the STOMP version whose header rules apply (``"1.0"``, ``"1.1"``
+            or ``"1.2"``); settable later through :attr:`version`.
+        max_frame_bytes: largest frame, command to NUL inclusive (None: 100 MiB).
+        max_headers: most header lines in one frame (None: 1,000).
+        max_header_bytes: largest command line plus header block (None: 256 KiB).
+        lenient: accept the early lenient framing draft (case-insensitive command
+            and header names, trailing spaces stripped from lines, leading spaces
+            from values, whitespace-only lines between frames).
+    """
+
+    __slots__ = (
+        "_buf",
+        "_base",
+        "_ver",
+        "_version",
+        "_lenient",
+        "_max_frame",
+        "_max_headers",
+        "_max_header_bytes",
+        "_in_frame",
+        "_scan",
+        "_checked",
+        "_lfs",
+        "_cmd_done",
+        "_head",
+        "_failed",
+    )
+
+    def __init__(
+        self,
+        version: str = "1.2",
+        max_frame_bytes: Optional[int] = None,
+        max_headers: Optional[int] = None,
+        max_header_bytes: Optional[int] = None,
+        lenient: bool = False,
+    ) -> None:
+        self._ver = _version_code(version)
+        self._version = version
+        self._max_frame = _limit("max_frame_bytes", max_frame_bytes, DEFAULT_MAX_FRAME_BYTES)
+        self._max_headers = _limit("max_headers", max_headers, DEFAULT_MAX_HEADERS)
+        self._max_header_bytes = _limit("max_header_bytes", max_header_bytes, DEFAULT_MAX_HEADER_BYTES)
+        self._lenient = bool(lenient)
+        self._buf = bytearray()
+        self._base = 0  # stream offset of _buf[0]
+        self._failed: Optional[RemoteProtocolError] = None
+        self._reset_frame()
+
+    def _reset_frame(self) -> None:
+        self._in_frame = False  # past the EOLs that may precede a frame
+        self._scan = 0  # where the next delimiter search starts, relative to the frame
+        self._checked = 0  # head bytes already checked for early faults
+        self._lfs = 0  # LFs among them
+        self._cmd_done = False  # the command line was complete and valid
+        self._head: Optional[Tuple[str, dict, Optional[list], int, int]] = None
+
+    @property
+    def version(self) -> str:
+        """The STOMP version whose header rules apply to the next frame."""
+        return self._version
+
+    @version.setter
+    def version(self, version: str) -> None:
+        self._ver = _version_code(version)
+        self._version = version
+
+    @property
+    def lenient(self) -> bool:
+        """Whether the lenient legacy framing rules are on."""
+        return self._lenient
+
+    @property
+    def max_frame_bytes(self) -> int:
+        return self._max_frame
+
+    @property
+    def max_headers(self) -> int:
+        return self._max_headers
+
+    @property
+    def max_header_bytes(self) -> int:
+        return self._max_header_bytes
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for an incomplete frame (0 between frames)."""
+        return len(self._buf)
+
+    def feed(self, data: Union[bytes, bytearray, memoryview] = b"") -> List[Frame]:
+        """Scan ``data`` and return the frames it completed, in order.
+
+        Raises:
+            RemoteProtocolError: the input is not valid STOMP; ``frames`` on the
+                exception holds the frames completed before the fault.
+            LimitExceededError: a limit was exceeded (a RemoteProtocolError).
+        """
+        if self._failed is not None:
+            raise RemoteProtocolError(
+                f"the scanner failed earlier and cannot resynchronise: {self._failed}",
+                offset=self._failed.offset,
+                frames=[],
+            )
+        buf = self._buf
+        buf += data
+        frames: List[Frame] = []
+        try:
+            consumed = self._scan_frames(buf, frames)
+        except RemoteProtocolError as exc:
+            exc.frames = frames
+            self._failed = exc
+            del buf[:]
+            raise
+        if consumed:
+            del buf[:consumed]
+            self._base += consumed
+        return frames
+
+    # -- errors ---------------------------------------------------------
+
+    def _fault(self, pos: int, message: str) -> RemoteProtocolError:
+        offset = self._base + pos
+        return RemoteProtocolError(f"{message} (at stream offset {offset})", offset=offset, frames=[])
+
+    def _over_limit(self, pos: int, name: str, limit: int, what: str) -> LimitExceededError:
+        offset = self._base + pos
+        return LimitExceededError(
+            f"{what} exceeds {name}={limit} (at stream offset {offset})",
+            offset=offset,
+            frames=[],
+            limit_name=name,
+            limit=limit,
+        )
+
+    # -- scanning -------------------------------------------------------
+
+    def _scan_frames(self, buf: bytearray, frames: List[Frame]) -> int:
+        """Append every complete frame in ``buf`` to ``frames``; return bytes consumed."""
+        n = len(buf)
+        pos = 0
+        fast = not self._lenient and self._ver != 10
+        while True:
+            head = self._head
+            if head is None:
+                if not self._in_frame:
+                    if pos >= n:
+                        return pos
+                    if buf[pos] in _SKIPPABLE:
+                        pos = self._skip_eols(buf, pos, n)
+                        if pos >= n or buf[pos] == 13:  # all consumed, or a CR awaiting its LF
+                            return pos
+                    self._in_frame = True
+                if fast:
+                    j = buf.find(b"\n\n", pos + self._scan, n)
+                    if j >= 0:
+                        head = self._fast_head(buf, pos, j)
+                if head is None:  # a CR, an escape, a fault, 1.0 or lenient rules: the general path
+                    found = self._find_head_end(buf, pos, n)
+                    if found is None:
+                        self._check_head(buf, pos, n, False)
+                        return pos
+                    hend, body_start = found
+                    self._check_head(buf, pos, body_start, True)
+                    head = self._parse_head(buf, pos, hend, body_start)
+                self._head = head
+            command, headers, repeats, body_start, length = head
+            start = pos + body_start
+            if length >= 0:
+                end = start + length
+                if end >= n:  # the NUL after the body is not here yet
+                    return pos
+                if buf[end] != 0:
+                    raise self._fault(end, f"{command} frame: no NUL after the {length} body bytes of content-length")
+            else:
+                end = buf.find(b"\0", pos + max(self._scan, body_start), n)
+                if end < 0 or end - pos + 1 > self._max_frame:
+                    if end >= 0 or n - pos >= self._max_frame:
+                        raise self._over_limit(
+                            pos + self._max_frame - 1, "max_frame_bytes", self._max_frame, f"{command} frame"
+                        )
+                    self._scan = n - pos
+                    return pos
+            frames.append(tuple.__new__(Frame, (command, headers, bytes(buf[start:end]), repeats)))
+            pos = end + 1
+            self._head = None
+            self._in_frame = self._cmd_done = False
+            self._scan = self._checked = self._lfs = 0
+
+    def _skip_eols(self, buf: bytearray, pos: int, n: int) -> int:
+        """Skip the EOLs (heart-beats) before a frame; return where the frame starts."""
+        lenient = self._lenient
+        while pos < n:
+            c = buf[pos]
+            if c == 10:
+                pos += 1
+            elif c == 13:
+                if pos + 1 >= n:
+                    return pos  # keep the CR until its LF arrives
+                if buf[pos + 1] == 10:
+                    pos += 2
+                elif lenient:
+                    pos += 1
+                else:
+                    raise self._fault(pos, "CR not followed by LF between frames")
+            elif lenient and c == 32:
+                pos += 1
+            else:
+                break
+        return pos
+
+    def _find_head_end(self, buf: bytearray, start: int, n: int) -> Optional[Tuple[int, int]]:
+        """Find the blank line ending the head: ``(LF ending the last line, body start)``."""
+        scan = start + self._scan
+        if self._lenient:  # LF, any spaces and CRs, LF
+            i = scan
+            while True:
+                i = buf.find(b"\n", i, n)
+                if i < 0:
+                    self._scan = n - start
+                    return None
+                j = i + 1
+                while j < n and buf[j] in (32, 13):
+                    j += 1
+                if j >= n:
+                    self._scan = i - start
+                    return None
+                if buf[j] == 10:
+                    return i, j + 1
+                i = j
+        j = buf.find(b"\n\n", scan, n)
+        k = buf.find(b"\n\r\n", scan, n if j < 0 else j + 2)
+        if k >= 0:
+            return k, k + 3
+        if j >= 0:
+            return j, j + 2
+        self._scan = max(n - 2, scan) - start  # a terminator may straddle the next chunk
+        return None
+
+    def _command(self, line: bytes) -> Optional[str]:
+        """The command named by a command line (without its LF), or None if invalid."""
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if self._lenient:
+            line = line.rstrip(b" \r").upper()
+        try:
+            command = line.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        return command if command in COMMANDS else None
+
+    def _check_head(self, buf: bytearray, start: int, end: int, complete: bool) -> None:
+        """Raise the earliest fault provable in the head bytes ``buf[start:end]``.
+
+        Checks only bytes not checked before. In stream order, ties broken in this
+        order: a NUL in the head, an invalid command, too many header lines, too many
+        header bytes, too many frame bytes.
+        """
+        c0 = start + self._checked
+        faults = []
+        nul = buf.find(b"\0", c0, end)
+        if nul >= 0:
+            faults.append((nul, 0, self._fault(nul, "NUL before the end of the headers: the frame was cut short")))
+        if not self._cmd_done:
+            lf = buf.find(b"\n", c0, end)  # not before c0: those bytes held no LF
+            if lf >= 0:
+                if self._command(bytes(buf[start:lf])) is None:
+                    line = bytes(buf[start : min(lf, start + 40)])
+                    faults.append((lf, 1, self._fault(lf, f"unknown command {line!r}")))
+                else:
+                    self._cmd_done = True
+        lfs = self._lfs + buf.count(b"\n", c0, end)
+        # Header lines complete so far: every LF ends the command line or a header
+        # line, except the blank line's LF once the head is complete.
+        if lfs - (2 if complete else 1) > self._max_headers:
+            at = start - 1
+            for _ in range(self._max_headers + 2):
+                at = buf.find(b"\n", at + 1, end)
+            faults.append(
+                (at, 2, self._over_limit(at, "max_headers", self._max_headers, "number of header lines"))
+            )
+        if end - start > self._max_header_bytes:
+            at = start + self._max_header_bytes
+            faults.append(
+                (at, 3, self._over_limit(at, "max_header_bytes", self._max_header_bytes, "header block"))
+            )
+        if end - start >= self._max_frame:
+            at = start + self._max_frame - 1
+            faults.append((at, 4, self._over_limit(at, "max_frame_bytes", self._max_frame, "frame")))
+        if faults:
+            raise min(faults, key=lambda fault: fault[:2])[2]
+        self._checked = end - start
+        self._lfs = lfs
+
+    def _fast_head(self, buf: bytearray, start: int, hend: int) -> Optional[Tuple[str, dict, Optional[list], int, int]]:
+        """Parse a head ending in ``LF LF`` at ``hend`` quickly, or return None.
+
+        None sends the head down the general path, which finds the same end (a CR
+        anywhere would be needed for an earlier ``LF CR LF``), unescapes, strips,
+        and raises the exact fault. The fast path takes only heads with valid
+        UTF-8, a known command, every limit kept, no NUL, no CR, nothing to
+        unescape, no repeated or empty name.
+        """
+        try:
+            text = buf[start:hend].decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        lines = text.split("\n")
+        command = lines[0]
+        size = hend + 2 - start
+        if (
+            command not in COMMANDS
+            or "\r" in text
+            or "\0" in text
+            or ("\\" in text and command not in _UNESCAPED_COMMANDS)
+            or len(lines) > self._max_headers + 1
+            or size > self._max_header_bytes
+            or size >= self._max_frame
+        ):
+            return None
+        del lines[0]
+        try:
+            headers = dict(map(_split, lines, repeat(":"), repeat(1)))
+        except ValueError:  # a line without ':'
+            return None
+        if len(headers) != len(lines) or "" in headers:
+            return None
+        length = -1
+        value = headers.get("content-length")
+        if value is not None:
+            if not (value.isascii() and value.isdigit()):
+                return None
+            length = int(value)
+            if size + length + 1 > self._max_frame:
+                return None
+        return command, headers, None, size, length
+
+    def _parse_head(self, buf: bytearray, start: int, hend: int, body_start: int) -> Tuple[str, dict, Optional[list], int, int]:
+        """Parse a complete head into ``(command, headers, repeats, body_start, content_length)``.
+
+        ``body_start`` is relative to ``start``; ``content_length`` is -1 when absent.
+        """
+        raw = buf[start:hend]
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise self._fault(start + exc.start, "command or header is not valid UTF-8") from None
+        lines = text.split("\n")
+        ver = self._ver
+        lenient = self._lenient
+        if "\r" in text or lenient:
+            lines = [self._strip_eol(line, start) for line in lines]
+        command = lines[0]
+        if lenient:
+            command = command.upper()
+        unescape = ver > 10 and "\\" in text and command not in _UNESCAPED_COMMANDS
+        table = _UNESCAPE.get(ver)
+        pad = ver == 10
+        headers: dict = {}
+        repeats: Optional[list] = None
+        for line in lines[1:]:
+            name, colon, value = line.partition(":")
+            if not colon:
+                raise self._fault(start, f"{command} frame: header line without ':': {line[:40]!r}")
+            if pad:
+                name = name.strip(_PAD)
+                value = value.strip(_PAD)
+            elif lenient:
+                value = value.lstrip(" ")
+            if not name:
+                raise self._fault(start, f"{command} frame: header with an empty name")
+            if unescape and ("\\" in name or "\\" in value):
+                try:
+                    name = _unescape(name, table)
+                    value = _unescape(value, table)
+                except _BadEscape as exc:
+                    raise self._fault(
+                        start, f"{command} frame: undefined escape {exc.args[0]!r} in header {line[:40]!r}"
+                    ) from None
+            if lenient:
+                name = name.lower()
+            if repeats is not None:
+                repeats.append((name, value))
+                if name not in headers:
+                    headers[name] = value
+            elif name in headers:
+                repeats = list(headers.items())
+                repeats.append((name, value))
+            else:
+                headers[name] = value
+        length = -1
+        value = headers.get("content-length")
+        if value is not None:
+            if not (value.isascii() and value.isdigit()):
+                raise self._fault(start, f"{command} frame: content-length is not a byte count: {value[:40]!r}")
+            length = int(value)
+            size = body_start - start + length + 1
+            if size > self._max_frame:
+                raise self._over_limit(
+                    body_start - 1, "max_frame_bytes", self._max_frame, f"{command} frame of {size} bytes"
+                )
+        return command, headers, repeats, body_start - start, length
+
+    def _strip_eol(self, line: str, start: int) -> str:
+        if self._lenient:
+            return line.rstrip(" \r")
+        if line.endswith("\r"):
+            line = line[:-1]
+        if "\r" in line and self._ver == 12:
+            raise self._fault(start, f"CR inside a header line (STOMP 1.2 allows none): {line[:40]!r}")
+        return line
+
+
+HeadersArg = Union[Mapping[str, Any], Iterable[Tuple[str, Any]], None]
+
+
+def encode_frame(
+    command: str,
+    headers: HeadersArg = None,
+    body: Union[bytes, bytearray, memoryview] = b"",
+    version: str = "1.2",
+) -> bytes:
+    """Encode one frame for the wire.
+
+    Header names and values are escaped as ``version`` requires (CONNECT, STOMP and
+    CONNECTED never are); ``content-length`` is added when ``body`` is non-empty.
+
+    Raises:
+        LocalProtocolError: the frame cannot be expressed in this version (nothing
+            was encoded): unknown command, empty header name, a character the
+            version cannot escape, a ``content-length`` that disagrees with the body.
+        TypeError: a header name that is not ``str``, a value that is neither
+            ``str`` nor ``int``, a body that is not bytes-like.
+        ConfigurationError: an unknown version.
+    """
+    ver = _version_code(version)
+    if command not in COMMANDS:
+        raise LocalProtocolError(f"unknown STOMP command {command!r}")
+    if not isinstance(body, bytes):
+        if not isinstance(body, (bytearray, memoryview)):
+            raise TypeError(f"body must be bytes, bytearray or memoryview, not {type(body).__name__}")
+        body = bytes(body)
+    raw = ver == 10 or command in _UNESCAPED_COMMANDS
+    table = _ESCAPE.get(ver)
+    items = headers.items() if isinstance(headers, Mapping) else (headers or ())
+    lines = [command]
+    has_length = False
+    for name, value in items:
+        if type(name) is not str:
+            raise TypeError(f"header names must be str, not {type(name).__name__}")
+        if type(value) is not str:
+            if isinstance(value, int) and not isinstance(value, bool):
+                value = str(value)
+            else:
+                raise TypeError(f"header {name!r}: value must be str or int, not {type(value).__name__}")
+        if not name:
+            raise LocalProtocolError(f"{command} frame: header with an empty name")
+        if name == "content-length":
+            if not (value.isascii() and value.isdigit()) or int(value) != len(body):
+                raise LocalProtocolError(
+                    f"{command} frame: content-length {value!r} does not match the {len(body)}-byte body"
+                )
+            has_length = True
+        if raw:
+            if "\n" in name or "\r" in name or ":" in name or "\n" in value or "\r" in value:
+                where = "STOMP 1.0" if ver == 10 else command
+                raise LocalProtocolError(
+                    f"{command} frame: header {name!r} holds a CR, LF or (in the name) ':',"
+                    f" which {where} frames cannot escape"
+                )
+        else:
+            if ver == 11 and ("\r" in name or "\r" in value):
+                raise LocalProtocolError(f"{command} frame: header {name!r} holds a CR, which STOMP 1.1 cannot escape")
+            name = name.translate(table)
+            value = value.translate(table)
+        lines.append(f"{name}:{value}")
+    if body and not has_length:
+        lines.append(f"content-length:{len(body)}")
+    lines.append("\n")
+    try:
+        head = "\n".join(lines).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise LocalProtocolError(f"{command} frame: header is not encodable as UTF-8: {exc.reason}") from None
+    return b"".join((head, body, b"\0"))

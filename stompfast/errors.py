@@ -1,0 +1,190 @@
+"""The stompfast exception tree.
+
+Every exception stompfast raises on purpose derives from :class:`StompError`.
+Where a builtin exception describes the same situation, the stompfast class also
+derives from it, so ``except TimeoutError`` or ``except ConnectionError`` keep
+working in code that does not know about stompfast::
+
+    StompError
+    ├── ConfigurationError (ValueError)        bad argument, URL or option
+    ├── ProtocolError                          abstract: a rule of STOMP was broken
+    │   ├── LocalProtocolError                 ... by us (we refused to send it)
+    │   └── RemoteProtocolError                ... by the peer (malformed bytes)
+    │       └── LimitExceededError             a frame passed a configured limit
+    ├── StompConnectionError (ConnectionError)
+    │   ├── ConnectError                       could not open or negotiate a session
+    │   └── ConnectionLostError                an established session ended
+    │       └── HeartbeatTimeout (+TimeoutError)   the peer fell silent
+    ├── ServerError                            the broker sent an ERROR frame
+    │   └── AuthenticationError                ... in answer to CONNECT
+    ├── StompTimeout (TimeoutError)
+    │   ├── ConnectTimeout                     no CONNECTED in time
+    │   ├── ReceiptTimeout                     no RECEIPT in time (sync facade)
+    │   └── ReceiveTimeout                     no message in time (sync facade)
+    ├── ClientClosedError (RuntimeError)       the client or subscription is closed
+    ├── StaleMessageError                      ack/nack of a message from a dead session
+    └── TransactionError                       a transaction could not be completed
+
+Errors carry their data as attributes and survive :mod:`pickle` (Spark ships
+exceptions between processes), so every constructor takes the message as its
+only positional argument and the data as keywords, and ``__reduce__`` keeps both.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+
+__all__ = [
+    "AuthenticationError",
+    "ClientClosedError",
+    "ConfigurationError",
+    "ConnectError",
+    "ConnectTimeout",
+    "ConnectionLostError",
+    "HeartbeatTimeout",
+    "LimitExceededError",
+    "LocalProtocolError",
+    "ProtocolError",
+    "ReceiptTimeout",
+    "ReceiveTimeout",
+    "RemoteProtocolError",
+    "ServerError",
+    "StaleMessageError",
+    "StompConnectionError",
+    "StompError",
+    "StompTimeout",
+    "TransactionError",
+]
+
+
+class StompError(Exception):
+    """Root of every exception stompfast raises on purpose."""
+
+    def __init__(self, message: str = "", **data: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        for key, value in data.items():
+            setattr(self, key, value)
+
+    def __reduce__(self) -> Any:
+        # (class, positional args, state): keyword data lives in __dict__ and is
+        # restored by pickle's default __setstate__ after __init__(message).
+        return (self.__class__, (self.message,), dict(self.__dict__))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigurationError(StompError, ValueError):
+    """An argument, URL or option is invalid; raised before any I/O happens."""
+
+
+class ProtocolError(StompError):
+    """A rule of the STOMP protocol was broken (abstract: never raised itself).
+
+    Catch :class:`LocalProtocolError` (we were about to break the rules; nothing
+    was sent) or :class:`RemoteProtocolError` (the peer broke them; the
+    connection cannot be trusted any more) to tell the two apart.
+    """
+
+    def __init__(self, message: str = "", **data: Any) -> None:
+        if type(self) is ProtocolError:
+            raise TypeError("ProtocolError is abstract: raise LocalProtocolError or RemoteProtocolError")
+        super().__init__(message, **data)
+
+
+class LocalProtocolError(ProtocolError):
+    """We were asked to send something STOMP cannot express (nothing was sent)."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent bytes that are not valid STOMP.
+
+    Attributes:
+        offset: position in the received stream (bytes since the scanner was
+            created) of the frame or byte at fault, when known.
+        frames: the complete frames that preceded the fault in the same
+            ``feed()`` call, in order. They are valid and were not returned by
+            ``feed()`` because it raised; nothing received before the fault is lost.
+    """
+
+    offset: Optional[int] = None
+    frames: Sequence[Any] = ()
+
+
+class LimitExceededError(RemoteProtocolError):
+    """A received frame is larger than a configured limit allows.
+
+    Attributes:
+        limit_name: ``"max_frame_bytes"``, ``"max_headers"`` or ``"max_header_bytes"``.
+        limit: the configured value that was exceeded.
+    """
+
+    limit_name: str = ""
+    limit: int = 0
+
+
+class StompConnectionError(StompError, ConnectionError):
+    """The connection to the broker could not be made or did not last."""
+
+
+class ConnectError(StompConnectionError):
+    """Opening the connection or negotiating the STOMP session failed."""
+
+
+class ConnectionLostError(StompConnectionError):
+    """An established session ended; whatever waited on it was not completed."""
+
+
+class StompTimeout(StompError, TimeoutError):
+    """Something stompfast waited for did not happen in time."""
+
+
+class HeartbeatTimeout(ConnectionLostError, StompTimeout):
+    """The peer sent nothing for longer than the negotiated heart-beat tolerance."""
+
+
+class ConnectTimeout(StompTimeout):
+    """No CONNECTED frame arrived in time."""
+
+
+class ReceiptTimeout(StompTimeout):
+    """A RECEIPT did not arrive in time (sync facade ``timeout=``)."""
+
+
+class ReceiveTimeout(StompTimeout):
+    """No message arrived in time (sync facade ``timeout=``)."""
+
+
+class ServerError(StompError):
+    """The broker sent an ERROR frame.
+
+    Attributes:
+        headers: the ERROR frame's headers (a mapping, first of repeats wins).
+        body: the ERROR frame's body, which often holds the details.
+        receipt_id: the ``receipt-id`` header, when the ERROR answers a receipt.
+    """
+
+    headers: Mapping[str, str] = {}
+    body: bytes = b""
+    receipt_id: Optional[str] = None
+
+
+class AuthenticationError(ServerError):
+    """The broker refused the CONNECT frame (bad login, passcode or virtual host)."""
+
+
+class ClientClosedError(StompError, RuntimeError):
+    """The client, subscription or transaction is closed and cannot be used."""
+
+
+class StaleMessageError(StompError):
+    """An ack or nack was asked for a message delivered on a session that has ended.
+
+    The broker redelivers such messages on its own; the ack is not sent on a new
+    session, where it would refer to nothing or to the wrong message.
+    """
+
+
+class TransactionError(StompError):
+    """A transaction could not be begun, committed or aborted."""
