@@ -540,7 +540,7 @@ def encode_frame(
         ConfigurationError: an unknown version.
     """
     ver = _version_code(version)
-    if command not in COMMANDS:
+    if not isinstance(command, str) or command not in COMMANDS:
         raise LocalProtocolError(f"unknown STOMP command {command!r}")
     if not isinstance(body, bytes):
         if not isinstance(body, (bytearray, memoryview)):
@@ -552,11 +552,11 @@ def encode_frame(
     lines = [command]
     has_length = False
     for name, value in items:
-        if type(name) is not str:
+        if not isinstance(name, str):
             raise TypeError(f"header names must be str, not {type(name).__name__}")
-        if type(value) is not str:
+        if not isinstance(value, str):
             if isinstance(value, int) and not isinstance(value, bool):
-                value = str(value)
+                value = int.__repr__(value)
             else:
                 raise TypeError(f"header {name!r}: value must be str or int, not {type(value).__name__}")
         if not name:
@@ -567,6 +567,8 @@ def encode_frame(
                     f"{command} frame: content-length {value!r} does not match the {len(body)}-byte body"
                 )
             has_length = True
+        if "\0" in name or "\0" in value:
+            raise LocalProtocolError(f"{command} frame: header {name!r} holds a NUL, which STOMP cannot carry")
         if raw:
             if "\n" in name or "\r" in name or ":" in name or "\n" in value or "\r" in value:
                 where = "STOMP 1.0" if ver == 10 else command
@@ -579,7 +581,7 @@ def encode_frame(
                 raise LocalProtocolError(f"{command} frame: header {name!r} holds a CR, which STOMP 1.1 cannot escape")
             name = name.translate(table)
             value = value.translate(table)
-        lines.append(f"{name}:{value}")
+        lines.append(name + ":" + value)
     if body and not has_length:
         lines.append(f"content-length:{len(body)}")
     lines.append("\n")
