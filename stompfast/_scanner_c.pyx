@@ -40,6 +40,7 @@ cdef extern from "Python.h":
         pass
     object PyType_GenericAlloc(PyTypeObject* t, Py_ssize_t nitems)
     void Py_XDECREF(PyObject* o)
+    Py_ssize_t PyDict_GET_SIZE(object d)
     void Py_XINCREF(PyObject* o)
     void PyTuple_SET_ITEM(object p, Py_ssize_t pos, object o)
     PyObject* PyDict_SetDefault(object d, object key, object default) except NULL
@@ -199,6 +200,9 @@ _HCLASS[13] = H_CR
 _HCLASS[92] = H_BACKSLASH
 _HCLASS[0] = H_NUL
 _HCLASS[58] = H_COLON
+# per-line flags (a line's CR and NUL use the H_ bits)
+DEF L_BS_NAME = 32     # a backslash before the line's first ':'
+DEF L_BS_VALUE = 64    # a backslash after it
 
 
 cdef inline bint _is_pad(char c):
@@ -250,6 +254,8 @@ cdef class FrameScanner:
     cdef Py_ssize_t _nlf
     cdef Py_ssize_t _lf_cap
     cdef Py_ssize_t _cur_colon    # first ':' of the unfinished line, or -1
+    cdef unsigned char* _lflags   # L_* flags of the line each LF ends
+    cdef int _cur_flags           # L_* flags of the unfinished line
     cdef int _hflags              # H_CR | H_BACKSLASH | H_NUL seen in the head
 
     def __cinit__(self):
@@ -260,6 +266,7 @@ cdef class FrameScanner:
         self._buf = NULL
         self._tmp = NULL
         self._lfs_at = self._colons = NULL
+        self._lflags = NULL
         self._lf_cap = 0
         self._len = self._cap = self._tmp_cap = 0
 
@@ -284,6 +291,7 @@ cdef class FrameScanner:
         PyMem_Free(self._tmp)
         PyMem_Free(self._lfs_at)
         PyMem_Free(self._colons)
+        PyMem_Free(self._lflags)
 
     cdef inline void _reset_frame(self):
         self._in_frame = False
@@ -295,6 +303,7 @@ cdef class FrameScanner:
         self._filled = 0
         self._nlf = 0
         self._cur_colon = -1
+        self._cur_flags = 0
         self._hflags = 0
 
     @property
@@ -529,7 +538,7 @@ cdef class FrameScanner:
         cdef const unsigned char* u = <const unsigned char*>p
         cdef unsigned char cls
         cdef Py_ssize_t colon = self._cur_colon
-        cdef int flags = self._hflags
+        cdef int flags = self._hflags, line = self._cur_flags
         while i < n:
             cls = _HCLASS[u[i]]
             if cls == 0:
@@ -538,21 +547,27 @@ cdef class FrameScanner:
             if cls == H_COLON:
                 if colon < 0:
                     colon = i - start
+            elif cls == H_BACKSLASH:
+                line |= L_BS_NAME if colon < 0 else L_BS_VALUE
             elif cls != H_LF:
                 flags |= cls
+                line |= cls
             else:
-                self._record_line(i - start, colon)
+                self._record_line(i - start, colon, line)
+                flags |= line
                 colon = -1
+                line = 0
                 k = i + 1
                 if self._lenient:
                     while k < n and (p[k] == b' ' or p[k] == b'\r'):
                         k += 1
                 elif k < n and p[k] == b'\r':
                     k += 1
-                if k >= n:  # cannot tell yet whether this LF ends the head
+                if k >= n:  # cannot tell yet whether this LF ends the head: resume at it
                     self._nlf -= 1
-                    colon = self._colons[self._nlf] if self._nlf < self._lf_cap else -1
-                    i = i  # resume at this LF
+                    if self._nlf < self._lf_cap:
+                        colon = self._colons[self._nlf]
+                        line = self._lflags[self._nlf]
                     break
                 if p[k] == b'\n':
                     body_start[0] = k + 1
@@ -561,12 +576,14 @@ cdef class FrameScanner:
             i += 1
         self._scan = i - start
         self._cur_colon = colon
+        self._cur_flags = line
         self._hflags = flags
         return -1
 
-    cdef int _record_line(self, Py_ssize_t lf, Py_ssize_t colon) except -1:
+    cdef int _record_line(self, Py_ssize_t lf, Py_ssize_t colon, int line) except -1:
         cdef Py_ssize_t cap
         cdef Py_ssize_t* grown
+        cdef unsigned char* grown8
         if self._nlf >= self._lf_cap:
             if self._lf_cap > self._max_headers + 2:  # a fault anyway: stop recording
                 self._nlf += 1
@@ -580,9 +597,14 @@ cdef class FrameScanner:
             if grown == NULL:
                 raise MemoryError()
             self._colons = grown
+            grown8 = <unsigned char*>PyMem_Realloc(self._lflags, cap)
+            if grown8 == NULL:
+                raise MemoryError()
+            self._lflags = grown8
             self._lf_cap = cap
         self._lfs_at[self._nlf] = lf
         self._colons[self._nlf] = colon
+        self._lflags[self._nlf] = line
         self._nlf += 1
         return 0
 
@@ -689,7 +711,8 @@ cdef class FrameScanner:
                 or size >= self._max_frame or flags & H_NUL):
             self._check_head(p, start, bstart, True)  # raises the earliest fault
             raise AssertionError("unreachable: _check_head found no fault")
-        unescape = ver > 10 and flags & H_BACKSLASH and command not in _UNESCAPED_COMMANDS
+        unescape = (ver > 10 and flags & (L_BS_NAME | L_BS_VALUE)
+                    and command not in _UNESCAPED_COMMANDS)
         headers = sf_dict_presized(nlines)
         try:
             for k in range(1, nlines + 1):
@@ -698,7 +721,7 @@ cdef class FrameScanner:
                 if lenient:
                     while le > ls and (p[le - 1] == b' ' or p[le - 1] == b'\r'):
                         le -= 1
-                elif flags & H_CR:
+                elif self._lflags[k] & H_CR:
                     if le > ls and p[le - 1] == b'\r':
                         le -= 1
                     if ver == 12 and memchr(p + ls, b'\r', le - ls) != NULL:
@@ -728,12 +751,12 @@ cdef class FrameScanner:
                     fault = self._describe("%s frame: header with an empty name%s", command, NULL, 0)
                     break
                 slot = -1
-                if unescape and memchr(p + ns, b'\\', ne - ns) != NULL:
+                if unescape and self._lflags[k] & L_BS_NAME:
                     name = self._unescaped(p + ns, ne - ns)
                 else:
                     slot = _name_index(p + ns, ne - ns)
                     name = <object>_NAMES[slot].obj if slot >= 0 else _decode(p + ns, ne - ns)
-                if unescape and memchr(p + vs, b'\\', ve - vs) != NULL:
+                if unescape and self._lflags[k] & L_BS_VALUE:
                     value = self._unescaped(p + vs, ve - vs)
                     if name is S_CONTENT_LENGTH:
                         slot = -2  # content-length read from the unescaped str below
@@ -756,9 +779,9 @@ cdef class FrameScanner:
                     repeats.append((name, value))
                     PyDict_SetDefault(headers, name, value)
                 else:
-                    k0 = len(headers)
+                    k0 = PyDict_GET_SIZE(headers)
                     PyDict_SetDefault(headers, name, value)
-                    if len(headers) == k0:  # a repeated name: keep every pair from now on
+                    if PyDict_GET_SIZE(headers) == k0:  # a repeated name: keep every pair from now on
                         repeats = list(headers.items())
                         repeats.append((name, value))
         except UnicodeDecodeError:
@@ -910,6 +933,49 @@ cdef struct _Field:
     int flags            # bit per escape class present
 
 DEF STACK_FIELDS = 64
+
+# Header names and values repeat from frame to frame (the same dict is often sent
+# again and again), so what _scan_field learns about a short str is cached, keyed
+# by the object's address. The cache holds a reference to every str it knows, so
+# an address can never be reused by another object while its entry lives.
+DEF ENC_CACHE = 512          # entries, a power of two
+DEF ENC_CACHE_MAX_LEN = 128  # longer strings are scanned every time
+
+cdef struct _EncEntry:
+    PyObject* obj
+    const char* s
+    Py_ssize_t n
+    Py_ssize_t extra
+    int flags
+
+cdef _EncEntry _ENC[ENC_CACHE]
+for _i in range(ENC_CACHE):
+    _ENC[_i].obj = NULL
+
+
+cdef int _field_from(object text, _Field* f) except -1:
+    """Fill ``f`` with the UTF-8 bytes of ``text`` and what escaping them costs."""
+    cdef size_t slot = (<size_t><PyObject*>text >> 4) & (ENC_CACHE - 1)
+    cdef _EncEntry* e = &_ENC[slot]
+    cdef PyObject* old
+    if e.obj == <PyObject*>text:
+        f.s = e.s
+        f.n = e.n
+        f.extra = e.extra
+        f.flags = e.flags
+        return 0
+    f.s = PyUnicode_AsUTF8AndSize(text, &f.n)
+    _scan_field(f)
+    if f.n <= ENC_CACHE_MAX_LEN:
+        old = e.obj
+        Py_INCREF(text)
+        e.obj = <PyObject*>text
+        e.s = f.s
+        e.n = f.n
+        e.extra = f.extra
+        e.flags = f.flags
+        Py_XDECREF(old)
+    return 0
 
 
 cdef inline void _scan_field(_Field* f):
@@ -1096,19 +1162,17 @@ cdef int _field_pair(object name, object value, _Field* f, object command, int v
             raise TypeError(f"header {name!r}: value must be str or int, not {type(value).__name__}")
     if len(<str>name) == 0:
         raise LocalProtocolError(f"{command} frame: header with an empty name")
-    if name == S_CONTENT_LENGTH:
+    if len(<str>name) == 14 and name == S_CONTENT_LENGTH:
         length = _parse_length(value)
         if length != body_n:
             raise LocalProtocolError(
                 f"{command} frame: content-length {value!r} does not match the {body_n}-byte body")
         has_length[0] = True
     try:
-        f[0].s = PyUnicode_AsUTF8AndSize(name, &f[0].n)
-        f[1].s = PyUnicode_AsUTF8AndSize(value, &f[1].n)
+        _field_from(name, &f[0])
+        _field_from(value, &f[1])
     except UnicodeEncodeError as exc:
         raise LocalProtocolError(f"{command} frame: header is not encodable as UTF-8: {exc.reason}") from None
-    _scan_field(&f[0])
-    _scan_field(&f[1])
     if (f[0].flags | f[1].flags) & (1 << 5):
         raise LocalProtocolError(f"{command} frame: header {name!r} holds a NUL, which STOMP cannot carry")
     if raw:

@@ -103,6 +103,24 @@ def _unescape(text: str, table: dict) -> str:
     return _ESCAPE_SEQ.sub(replace, text)
 
 
+def _unescape_joined(text: str, ver: int) -> Optional[str]:
+    """Unescape a 1.1/1.2 string with str methods only; None if an escape is undefined.
+
+    Splitting on the escaped backslash first leaves every other backslash as the
+    start of a ``\\n``, ``\\c`` or (1.2) ``\\r`` escape, or of a fault.
+    """
+    parts = text.split("\\\\")
+    for i, part in enumerate(parts):
+        if "\\" in part:
+            part = part.replace("\\n", "\n").replace("\\c", ":")
+            if ver == 12:
+                part = part.replace("\\r", "\r")
+            if "\\" in part:
+                return None
+            parts[i] = part
+    return "\\".join(parts)
+
+
 class FrameScanner:
     """Turns received bytes into :class:`~stompfast.Frame` values.
 
@@ -418,7 +436,6 @@ class FrameScanner:
             command not in COMMANDS
             or "\r" in text
             or "\0" in text
-            or ("\\" in text and command not in _UNESCAPED_COMMANDS)
             or len(lines) > self._max_headers + 1
             or size > self._max_header_bytes
             or size >= self._max_frame
@@ -431,6 +448,15 @@ class FrameScanner:
             return None
         if len(headers) != len(lines) or "" in headers:
             return None
+        if "\\" in text and command not in _UNESCAPED_COMMANDS:
+            # Unescape every value in one go: NUL cannot occur in a head and no
+            # escape produces it, so it separates the values safely.
+            if "\\" in "".join(headers):
+                return None  # an escaped name: rare, and may collide after unescaping
+            values = _unescape_joined("\0".join(headers.values()), self._ver)
+            if values is None:
+                return None
+            headers = dict(zip(headers, values.split("\0")))
         length = -1
         value = headers.get("content-length")
         if value is not None:
