@@ -41,6 +41,7 @@ cdef extern from "Python.h":
     object PyType_GenericAlloc(PyTypeObject* t, Py_ssize_t nitems)
     void Py_XDECREF(PyObject* o)
     Py_ssize_t PyDict_GET_SIZE(object d)
+    int _PyBytes_Resize(PyObject** bytes, Py_ssize_t newsize)
     void Py_XINCREF(PyObject* o)
     void PyTuple_SET_ITEM(object p, Py_ssize_t pos, object o)
     PyObject* PyDict_SetDefault(object d, object key, object default) except NULL
@@ -61,11 +62,46 @@ cdef extern from *:
     """
     dict sf_dict_presized(Py_ssize_t n)
 
+cdef extern from *:
+    """
+    #if defined(__SSE2__)
+    #include <emmintrin.h>
+    #endif
+    /* Index of the first byte in p[i:n) that is LF, CR, colon, backslash or NUL; n if none.
+       16 bytes per step with SSE2 (every x86-64 CPU has it), a byte loop elsewhere. */
+    static inline Py_ssize_t sf_next_special(const unsigned char* p, Py_ssize_t i, Py_ssize_t n,
+                                             const unsigned char* cls) {
+    #if defined(__SSE2__)
+        /* LF, CR, ':', backslash (numbers: Cython would unescape character literals here) */
+        const __m128i lf = _mm_set1_epi8(10), cr = _mm_set1_epi8(13),
+                      co = _mm_set1_epi8(58), bs = _mm_set1_epi8(92), nul = _mm_setzero_si128();
+        while (i + 16 <= n) {
+            __m128i v = _mm_loadu_si128((const __m128i*)(p + i));
+            __m128i m = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(v, lf), _mm_cmpeq_epi8(v, cr)),
+                _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, co), _mm_cmpeq_epi8(v, bs)),
+                             _mm_cmpeq_epi8(v, nul)));
+            int mask = _mm_movemask_epi8(m);
+            if (mask)
+                return i + __builtin_ctz((unsigned)mask);
+            i += 16;
+        }
+    #endif
+        while (i < n && !cls[p[i]])
+            i++;
+        return i;
+    }
+    """
+    Py_ssize_t sf_next_special(const unsigned char* p, Py_ssize_t i, Py_ssize_t n,
+                               const unsigned char* cls) nogil
+
 __all__ = ["FrameScanner", "encode_frame"]
 
 # Bodies at least this large that have not fully arrived go straight into their
 # bytes object instead of through the scanner's buffer.
 DEF DIRECT_BODY = 8192
+# A direct body starts with room for twice what has arrived, and at least this much.
+DEF DIRECT_INITIAL = 65536
 # First slice of new input appended to a pending frame; doubled while it stays incomplete.
 DEF STITCH_STEP = 4096
 
@@ -242,7 +278,11 @@ cdef class FrameScanner:
     cdef object _repeats
     cdef Py_ssize_t _body_start
     cdef Py_ssize_t _clen
-    cdef object _body        # direct body being filled, or None
+    # A direct body being filled, or NULL. It is allocated for what has arrived
+    # (at least DIRECT_INITIAL) and grown by doubling up to content-length, so a
+    # peer that announces a large body makes us hold only what it really sends.
+    cdef PyObject* _dbody
+    cdef Py_ssize_t _dcap
     cdef Py_ssize_t _filled
     # one-entry value cache per well-known name: the str and the raw bytes it came from
     cdef PyObject* _vcache[MAX_NAMES]
@@ -268,6 +308,7 @@ cdef class FrameScanner:
         self._lfs_at = self._colons = NULL
         self._lflags = NULL
         self._lf_cap = 0
+        self._dbody = NULL
         self._len = self._cap = self._tmp_cap = 0
 
     def __init__(self, version="1.2", max_frame_bytes=None, max_headers=None,
@@ -280,7 +321,6 @@ cdef class FrameScanner:
         self._lenient = bool(lenient)
         self._base = 0
         self._failed = None
-        self._body = None
         self._reset_frame()
 
     def __dealloc__(self):
@@ -292,6 +332,7 @@ cdef class FrameScanner:
         PyMem_Free(self._lfs_at)
         PyMem_Free(self._colons)
         PyMem_Free(self._lflags)
+        Py_XDECREF(self._dbody)
 
     cdef inline void _reset_frame(self):
         self._in_frame = False
@@ -299,8 +340,7 @@ cdef class FrameScanner:
         self._have_head = False
         self._scan = self._checked = self._lfs = 0
         self._command = self._headers = self._repeats = None
-        self._body = None
-        self._filled = 0
+        self._drop_body()
         self._nlf = 0
         self._cur_colon = -1
         self._cur_flags = 0
@@ -335,10 +375,14 @@ cdef class FrameScanner:
 
     @property
     def buffered(self):
-        """Bytes held for an incomplete frame (0 between frames)."""
-        if self._body is not None:
+        """Bytes held for an incomplete frame (0 between frames).
+
+        A CR between frames that waits for its LF is held too, but it starts no
+        frame and does not count.
+        """
+        if self._dbody != NULL:
             return self._body_start + self._filled
-        return self._len
+        return self._len if self._in_frame else 0
 
     # -- feeding ------------------------------------------------------------------
 
@@ -363,7 +407,7 @@ cdef class FrameScanner:
             exc.frames = frames
             self._failed = exc
             self._len = 0
-            self._body = None
+            self._drop_body()
             raise
         finally:
             PyBuffer_Release(&view)
@@ -372,19 +416,21 @@ cdef class FrameScanner:
     cdef int _feed(self, const char* data, Py_ssize_t size, list frames) except -1:
         cdef Py_ssize_t off = 0, step, take, old, used, tail
         while off < size:
-            if self._body is not None:  # filling a direct body
+            if self._dbody != NULL:  # filling a direct body
                 take = self._clen - self._filled
                 if take > 0:
                     if take > size - off:
                         take = size - off
-                    memcpy(PyBytes_AS_STRING(self._body) + self._filled, data + off, take)
+                    if self._filled + take > self._dcap:
+                        self._grow_body(self._filled + take)
+                    memcpy(PyBytes_AS_STRING(<object>self._dbody) + self._filled, data + off, take)
                     self._filled += take
                     off += take
                     continue
                 if data[off] != 0:
                     raise self._fault_at(self._body_start + self._clen,
                         f"{self._command} frame: no NUL after the {self._clen} body bytes of content-length")
-                frames.append(_make_frame(self._command, self._headers, self._body, self._repeats))
+                frames.append(_make_frame(self._command, self._headers, <object>self._dbody, self._repeats))
                 self._base += self._body_start + self._clen + 1
                 off += 1
                 self._reset_frame()
@@ -392,7 +438,7 @@ cdef class FrameScanner:
                 used = self._parse(data + off, size - off, frames)
                 self._base += used
                 off += used
-                if off < size and self._body is None:  # keep the incomplete tail
+                if off < size and self._dbody == NULL:  # keep the incomplete tail
                     self._append(data + off, size - off)
                 off = size  # all of it is now in frames, the buffer or a direct body
             else:  # finish the pending frame with as little of the new input as possible
@@ -407,12 +453,12 @@ cdef class FrameScanner:
                     self._append(data + off, take)
                     off += take
                     used = self._parse(self._buf, self._len, frames)
-                    if used == 0 and self._body is None and off < size:
+                    if used == 0 and self._dbody == NULL and off < size:
                         step *= 2  # still the same incomplete frame: append more
                         continue
                     break
                 self._base += used
-                if self._body is not None:  # _parse moved the rest into a direct body
+                if self._dbody != NULL:  # _parse moved the rest into a direct body
                     self._len = 0
                 elif used >= old:
                     # The pending frame is done; what is left in the buffer came from
@@ -425,6 +471,37 @@ cdef class FrameScanner:
                     memmove(self._buf, self._buf + used, tail)
                     self._len = tail
         return 0
+
+    cdef int _start_body(self, const char* data, Py_ssize_t n) except -1:
+        """Begin a direct body with the ``n`` body bytes at ``data``."""
+        cdef Py_ssize_t cap = 2 * n if 2 * n > DIRECT_INITIAL else DIRECT_INITIAL
+        if cap > self._clen:
+            cap = self._clen
+        body = PyBytes_FromStringAndSize(NULL, cap)
+        memcpy(PyBytes_AS_STRING(body), data, n)
+        Py_INCREF(body)
+        self._dbody = <PyObject*>body
+        self._dcap = cap
+        self._filled = n
+        return 0
+
+    cdef int _grow_body(self, Py_ssize_t need) except -1:
+        cdef Py_ssize_t cap = 2 * self._dcap
+        if cap < need:
+            cap = need
+        if cap > self._clen:
+            cap = self._clen
+        # We hold the only reference, so the bytes object may still be resized.
+        if _PyBytes_Resize(&self._dbody, cap) < 0:
+            self._dbody = NULL
+            raise MemoryError()
+        self._dcap = cap
+        return 0
+
+    cdef inline void _drop_body(self):
+        Py_XDECREF(self._dbody)
+        self._dbody = NULL
+        self._dcap = self._filled = 0
 
     cdef int _append(self, const char* data, Py_ssize_t n) except -1:
         cdef Py_ssize_t need = self._len + n
@@ -469,23 +546,28 @@ cdef class FrameScanner:
         while True:
             if not self._have_head:
                 if not self._in_frame:
+                    # empty lines (heart-beats): LF or CR LF; lenient: spaces and CRs, LF
                     while pos < n:
                         c = p[pos]
                         if c == b'\n':
                             pos += 1
-                        elif c == b'\r':
-                            if pos + 1 >= n:
-                                return pos  # keep the CR until its LF arrives
-                            if p[pos + 1] == b'\n':
-                                pos += 2
-                            elif self._lenient:
-                                pos += 1
-                            else:
+                            continue
+                        if c == b'\r' or (c == b' ' and self._lenient):
+                            j = pos + 1
+                            if self._lenient:
+                                while j < n and (p[j] == b' ' or p[j] == b'\r'):
+                                    j += 1
+                                if j - pos > self._max_hb:
+                                    raise self._limit_at(pos + self._max_hb, "max_header_bytes", self._max_hb,
+                                                         "run of spaces and CRs between frames")
+                            if j >= n:
+                                return pos  # wait for the rest of the empty line
+                            if p[j] == b'\n':
+                                pos = j + 1
+                                continue
+                            if not self._lenient:
                                 raise self._fault_at(pos, "CR not followed by LF between frames")
-                        elif c == b' ' and self._lenient:
-                            pos += 1
-                        else:
-                            break
+                        break  # the frame starts here (lenient: with its spaces)
                     if pos >= n:
                         return pos
                     self._in_frame = True
@@ -501,9 +583,7 @@ cdef class FrameScanner:
                     if self._clen >= DIRECT_BODY:
                         # Copy what is here into the frame's own bytes object now;
                         # the rest will be copied there straight from the input.
-                        self._body = PyBytes_FromStringAndSize(NULL, self._clen)
-                        self._filled = n - bs
-                        memcpy(PyBytes_AS_STRING(self._body), p + bs, self._filled)
+                        self._start_body(p + bs, n - bs)
                         return pos
                     return pos
                 if p[end] != 0:
@@ -539,11 +619,11 @@ cdef class FrameScanner:
         cdef unsigned char cls
         cdef Py_ssize_t colon = self._cur_colon
         cdef int flags = self._hflags, line = self._cur_flags
-        while i < n:
+        while True:
+            i = sf_next_special(u, i, n, _HCLASS)
+            if i >= n:
+                break
             cls = _HCLASS[u[i]]
-            if cls == 0:
-                i += 1
-                continue
             if cls == H_COLON:
                 if colon < 0:
                     colon = i - start
@@ -718,11 +798,11 @@ cdef class FrameScanner:
             for k in range(1, nlines + 1):
                 ls = start + lf[k - 1] + 1
                 le = start + lf[k]
-                if lenient:
-                    while le > ls and (p[le - 1] == b' ' or p[le - 1] == b'\r'):
-                        le -= 1
-                elif self._lflags[k] & H_CR:
-                    if le > ls and p[le - 1] == b'\r':
+                if self._lflags[k] & H_CR or lenient:
+                    if lenient:
+                        while le > ls and (p[le - 1] == b' ' or p[le - 1] == b'\r'):
+                            le -= 1
+                    elif le > ls and p[le - 1] == b'\r':
                         le -= 1
                     if ver == 12 and memchr(p + ls, b'\r', le - ls) != NULL:
                         fault = self._describe("%s frame: CR inside a header line (STOMP 1.2 allows none): %r",

@@ -29,7 +29,7 @@ of the fault, independent of how the input was split into chunks.
 from __future__ import annotations
 
 import re
-from itertools import repeat
+from itertools import islice, repeat
 from typing import Any, Iterable, List, Mapping, Optional, Tuple, Union
 
 from .errors import ConfigurationError, LimitExceededError, LocalProtocolError, RemoteProtocolError
@@ -67,8 +67,10 @@ _ESCAPE = {
 }
 _ESCAPE_SEQ = re.compile(r"\\.?", re.S)
 _PAD = " \t"  # STOMP 1.0 peers pad names and values with these
-_SKIPPABLE = b"\n\r "  # bytes _skip_eols may skip before a frame (the space only when lenient)
+_SKIPPABLE = b"\n\r "  # bytes that may begin an empty line before a frame (the space only when lenient)
 _split = str.split
+_COLONS = repeat(":")  # endless: shared by every map() below
+_ONES = repeat(1)
 
 
 def _version_code(version: Any) -> int:
@@ -209,8 +211,12 @@ class FrameScanner:
 
     @property
     def buffered(self) -> int:
-        """Bytes held for an incomplete frame (0 between frames)."""
-        return len(self._buf)
+        """Bytes held for an incomplete frame (0 between frames).
+
+        A CR between frames that waits for its LF is held too, but it starts no
+        frame and does not count.
+        """
+        return len(self._buf) if self._in_frame else 0
 
     def feed(self, data: Union[bytes, bytearray, memoryview] = b"") -> List[Frame]:
         """Scan ``data`` and return the frames it completed, in order.
@@ -271,8 +277,8 @@ class FrameScanner:
                     if pos >= n:
                         return pos
                     if buf[pos] in _SKIPPABLE:
-                        pos = self._skip_eols(buf, pos, n)
-                        if pos >= n or buf[pos] == 13:  # all consumed, or a CR awaiting its LF
+                        pos, ready = self._skip_eols(buf, pos, n)
+                        if not ready:  # all consumed, or an empty line awaiting its LF
                             return pos
                     self._in_frame = True
                 if fast:
@@ -311,27 +317,42 @@ class FrameScanner:
             self._in_frame = self._cmd_done = False
             self._scan = self._checked = self._lfs = 0
 
-    def _skip_eols(self, buf: bytearray, pos: int, n: int) -> int:
-        """Skip the EOLs (heart-beats) before a frame; return where the frame starts."""
+    def _skip_eols(self, buf: bytearray, pos: int, n: int) -> Tuple[int, bool]:
+        """Skip the empty lines (heart-beats) before a frame.
+
+        Returns ``(pos, ready)``: where the frame starts, or, when ``ready`` is
+        False, where the unfinished empty line (or the end of the input) is.
+        An empty line is ``LF`` or ``CR LF``; with ``lenient``, any run of spaces
+        and CRs before an LF.
+        """
         lenient = self._lenient
         while pos < n:
             c = buf[pos]
             if c == 10:
                 pos += 1
-            elif c == 13:
-                if pos + 1 >= n:
-                    return pos  # keep the CR until its LF arrives
-                if buf[pos + 1] == 10:
-                    pos += 2
-                elif lenient:
-                    pos += 1
-                else:
-                    raise self._fault(pos, "CR not followed by LF between frames")
-            elif lenient and c == 32:
-                pos += 1
-            else:
-                break
-        return pos
+                continue
+            if c == 13 or (lenient and c == 32):
+                j = pos + 1
+                if lenient:
+                    while j < n and buf[j] in (32, 13):
+                        j += 1
+                    if j - pos > self._max_header_bytes:
+                        raise self._over_limit(
+                            pos + self._max_header_bytes,
+                            "max_header_bytes",
+                            self._max_header_bytes,
+                            "run of spaces and CRs between frames",
+                        )
+                if j >= n:
+                    return pos, False
+                if buf[j] == 10:
+                    pos = j + 1
+                    continue
+                if lenient:
+                    return pos, True  # the spaces begin the command line
+                raise self._fault(pos, "CR not followed by LF between frames")
+            return pos, True
+        return pos, False
 
     def _find_head_end(self, buf: bytearray, start: int, n: int) -> Optional[Tuple[int, int]]:
         """Find the blank line ending the head: ``(LF ending the last line, body start)``."""
@@ -441,12 +462,11 @@ class FrameScanner:
             or size >= self._max_frame
         ):
             return None
-        del lines[0]
         try:
-            headers = dict(map(_split, lines, repeat(":"), repeat(1)))
+            headers = dict(map(_split, islice(lines, 1, None), _COLONS, _ONES))
         except ValueError:  # a line without ':'
             return None
-        if len(headers) != len(lines) or "" in headers:
+        if len(headers) != len(lines) - 1 or "" in headers:
             return None
         if "\\" in text and command not in _UNESCAPED_COMMANDS:
             # Unescape every value in one go: NUL cannot occur in a head and no
@@ -535,8 +555,8 @@ class FrameScanner:
 
     def _strip_eol(self, line: str, start: int) -> str:
         if self._lenient:
-            return line.rstrip(" \r")
-        if line.endswith("\r"):
+            line = line.rstrip(" \r")
+        elif line.endswith("\r"):
             line = line[:-1]
         if "\r" in line and self._ver == 12:
             raise self._fault(start, f"CR inside a header line (STOMP 1.2 allows none): {line[:40]!r}")
@@ -573,6 +593,53 @@ def encode_frame(
             raise TypeError(f"body must be bytes, bytearray or memoryview, not {type(body).__name__}")
         body = bytes(body)
     raw = ver == 10 or command in _UNESCAPED_COMMANDS
+    if type(headers) is dict and not raw:
+        wire = _encode_dict_fast(command, headers, body, ver)
+        if wire is not None:
+            return wire
+    return _encode_general(command, headers, body, ver, raw)
+
+
+def _encode_dict_fast(command: str, headers: dict, body: bytes, ver: int) -> Optional[bytes]:
+    """Encode a dict of str headers with whole-string operations, or return None.
+
+    All names are joined into one string and all values into another (NUL, which
+    no header may hold, separates them), escaped with one ``translate`` each and
+    zipped back into lines. None hands anything unusual (a non-str value, a NUL,
+    a CR on 1.1, an empty name, content-length given) to the general path, which
+    also raises the exact error.
+    """
+    try:
+        names = "\0".join(headers)
+        values = "\0".join(headers.values())
+    except TypeError:
+        return None
+    count = len(headers)
+    if (
+        not count
+        or names.count("\0") != count - 1
+        or values.count("\0") != count - 1
+        or "content-length" in headers
+        or (ver == 11 and ("\r" in names or "\r" in values))
+    ):
+        return None
+    table = _ESCAPE[ver]
+    names_list = names.translate(table).split("\0")
+    if "" in names_list:
+        return None
+    lines = [command]
+    lines.extend(map(":".join, zip(names_list, values.translate(table).split("\0"))))
+    if body:
+        lines.append("content-length:" + str(len(body)))
+    lines.append("\n")
+    try:
+        head = "\n".join(lines).encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return b"".join((head, body, b"\0"))
+
+
+def _encode_general(command: str, headers: HeadersArg, body: bytes, ver: int, raw: bool) -> bytes:
     table = _ESCAPE.get(ver)
     items = headers.items() if isinstance(headers, Mapping) else (headers or ())
     lines = [command]
