@@ -192,29 +192,55 @@ from sys import intern as sys_intern
 _build_name_table()
 
 
+cdef inline bint _same(const char* a, const char* b, Py_ssize_t n):
+    """``a[0:n] == b[0:n]`` for short runs, without a call into libc."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        if a[i] != b[i]:
+            return False
+    return True
+
+
 cdef inline int _name_index(const char* s, Py_ssize_t n):
     """Index of a well-known header name in _NAMES, or -1."""
     cdef int i
     if n > MAX_NAME_LEN or n <= 0:
         return -1
     for i in range(_NAME_FIRST[n], _NAME_FIRST[n + 1]):
-        if _NAMES[i].s[0] == s[0] and memcmp(_NAMES[i].s, s, n) == 0:
+        if _NAMES[i].s[0] == s[0] and _same(_NAMES[i].s, s, n):
             return i
     return -1
 
 
-cdef list _COMMAND_LIST = sorted(COMMANDS)
-cdef list _COMMAND_BYTES = [c.encode() for c in _COMMAND_LIST]
+# the 15 commands, as a C table of (bytes, str) like the names
+DEF N_COMMANDS = 15
+cdef _Name _COMMAND_TABLE[N_COMMANDS]
+cdef list _COMMAND_OBJECTS = []
+
+
+cdef void _build_command_table():
+    cdef int i = 0
+    for command in sorted(COMMANDS):
+        raw = command.encode()
+        _COMMAND_OBJECTS.append((raw, command))
+        _COMMAND_TABLE[i].s = PyBytes_AS_STRING(raw)
+        _COMMAND_TABLE[i].n = len(raw)
+        _COMMAND_TABLE[i].obj = <PyObject*>command
+        i += 1
+
+
+assert len(COMMANDS) == N_COMMANDS
+_build_command_table()
 
 
 cdef inline object _command_named(const char* s, Py_ssize_t n):
     """The shared str of the command spelled ``s[0:n]``, or None."""
-    cdef Py_ssize_t i
-    cdef bytes raw
-    for i in range(len(_COMMAND_BYTES)):
-        raw = <bytes>_COMMAND_BYTES[i]
-        if len(raw) == n and PyBytes_AS_STRING(raw)[0] == s[0] and memcmp(PyBytes_AS_STRING(raw), s, n) == 0:
-            return _COMMAND_LIST[i]
+    cdef int i
+    if n <= 0:
+        return None
+    for i in range(N_COMMANDS):
+        if _COMMAND_TABLE[i].n == n and _COMMAND_TABLE[i].s[0] == s[0] and _same(_COMMAND_TABLE[i].s, s, n):
+            return <object>_COMMAND_TABLE[i].obj
     return None
 
 
@@ -660,7 +686,7 @@ cdef class FrameScanner:
         self._hflags = flags
         return -1
 
-    cdef int _record_line(self, Py_ssize_t lf, Py_ssize_t colon, int line) except -1:
+    cdef inline int _record_line(self, Py_ssize_t lf, Py_ssize_t colon, int line) except -1:
         cdef Py_ssize_t cap
         cdef Py_ssize_t* grown
         cdef unsigned char* grown8

@@ -6,10 +6,11 @@ scanner accepts and refuses is documented in ``docs/framing.md``.
 
 Theory of operation
 -------------------
-The scanner keeps one ``bytearray``. ``feed()`` appends to it, takes every
-complete frame off the front and deletes what it consumed (deleting from the
-front of a bytearray is O(1) in CPython), so between calls the buffer holds only
-the start of one incomplete frame, and that frame starts at index 0.
+The scanner keeps one ``bytearray``. When it is empty, ``feed()`` scans the
+caller's ``bytes`` in place and keeps only their incomplete tail; otherwise it
+appends to the buffer, takes every complete frame off the front and deletes what
+it consumed (deleting from the front of a bytearray is O(1) in CPython). Between
+calls the buffer holds only the start of one incomplete frame, at index 0.
 
 A frame is scanned in two stages:
 
@@ -233,9 +234,17 @@ class FrameScanner:
                 frames=[],
             )
         buf = self._buf
-        buf += data
         frames: List[Frame] = []
         try:
+            if not buf and type(data) is bytes:
+                # Nothing pending: scan the caller's bytes where they are (slices of
+                # bytes are bytes, one copy) and keep only the incomplete tail.
+                consumed = self._scan_frames(data, frames)
+                if consumed < len(data):
+                    buf += memoryview(data)[consumed:]
+                self._base += consumed
+                return frames
+            buf += data
             consumed = self._scan_frames(buf, frames)
         except RemoteProtocolError as exc:
             exc.frames = frames
@@ -265,8 +274,11 @@ class FrameScanner:
 
     # -- scanning -------------------------------------------------------
 
-    def _scan_frames(self, buf: bytearray, frames: List[Frame]) -> int:
-        """Append every complete frame in ``buf`` to ``frames``; return bytes consumed."""
+    def _scan_frames(self, buf: Union[bytes, bytearray], frames: List[Frame]) -> int:
+        """Append every complete frame in ``buf`` to ``frames``; return bytes consumed.
+
+        The pending frame, if any, starts at ``buf[0]``.
+        """
         n = len(buf)
         pos = 0
         fast = not self._lenient and self._ver != 10
