@@ -67,33 +67,150 @@ cdef extern from *:
     #if defined(__SSE2__)
     #include <emmintrin.h>
     #endif
-    /* Index of the first byte in p[i:n) that is LF, CR, colon, backslash or NUL; n if none.
-       16 bytes per step with SSE2 (every x86-64 CPU has it), a byte loop elsewhere. */
-    static inline Py_ssize_t sf_next_special(const unsigned char* p, Py_ssize_t i, Py_ssize_t n,
-                                             const unsigned char* cls) {
-    #if defined(__SSE2__)
-        /* LF, CR, ':', backslash (numbers: Cython would unescape character literals here) */
-        const __m128i lf = _mm_set1_epi8(10), cr = _mm_set1_epi8(13),
-                      co = _mm_set1_epi8(58), bs = _mm_set1_epi8(92), nul = _mm_setzero_si128();
-        while (i + 16 <= n) {
-            __m128i v = _mm_loadu_si128((const __m128i*)(p + i));
-            __m128i m = _mm_or_si128(
-                _mm_or_si128(_mm_cmpeq_epi8(v, lf), _mm_cmpeq_epi8(v, cr)),
-                _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, co), _mm_cmpeq_epi8(v, bs)),
-                             _mm_cmpeq_epi8(v, nul)));
-            int mask = _mm_movemask_epi8(m);
-            if (mask)
-                return i + __builtin_ctz((unsigned)mask);
-            i += 16;
+
+    /* Flags shared with the Cython code (H_* per head, L_* per line). */
+    #define SF_H_CR 2
+    #define SF_H_BACKSLASH 4
+    #define SF_H_NUL 8
+    #define SF_L_BS_NAME 32
+    #define SF_L_BS_VALUE 64
+
+    /* What the tokeniser knows of the head being scanned; positions are relative
+       to the frame's first byte. */
+    typedef struct {
+        Py_ssize_t *lf;          /* every LF */
+        Py_ssize_t *colon;       /* first colon of the line each LF ends, or -1 */
+        unsigned char *flag;     /* SF_* flags of the line each LF ends */
+        Py_ssize_t nlf, cap;     /* lines recorded (and counted past cap), room */
+        Py_ssize_t limit;        /* stop growing past this many lines: a fault anyway */
+        Py_ssize_t cur_colon;    /* first colon of the unfinished line, or -1 */
+        int cur_flags;           /* flags of the unfinished line */
+        int hflags;              /* union of the flags of every finished line */
+    } sf_tok;
+
+    static int sf_tok_record(sf_tok *t, Py_ssize_t lf) {
+        if (t->nlf >= t->cap) {
+            if (t->cap > t->limit) { t->nlf++; return 0; }
+            Py_ssize_t cap = t->cap ? 2 * t->cap : 32;
+            Py_ssize_t *a = (Py_ssize_t *)PyMem_Realloc(t->lf, cap * sizeof(Py_ssize_t));
+            if (!a) { PyErr_NoMemory(); return -1; }
+            t->lf = a;
+            a = (Py_ssize_t *)PyMem_Realloc(t->colon, cap * sizeof(Py_ssize_t));
+            if (!a) { PyErr_NoMemory(); return -1; }
+            t->colon = a;
+            unsigned char *f = (unsigned char *)PyMem_Realloc(t->flag, cap);
+            if (!f) { PyErr_NoMemory(); return -1; }
+            t->flag = f;
+            t->cap = cap;
         }
+        t->lf[t->nlf] = lf;
+        t->colon[t->nlf] = t->cur_colon;
+        t->flag[t->nlf] = (unsigned char)t->cur_flags;
+        t->nlf++;
+        t->hflags |= t->cur_flags;
+        t->cur_colon = -1;
+        t->cur_flags = 0;
+        return 0;
+    }
+
+    /* Note the CR, backslash and NUL bytes (bits of `m`, block at p + i) of the current line. */
+    static void sf_tok_other(sf_tok *t, const unsigned char *p, Py_ssize_t i, Py_ssize_t start, unsigned m) {
+        while (m) {
+            Py_ssize_t at = i + __builtin_ctz(m);
+            unsigned char c = p[at];
+            if (c == 92)
+                t->cur_flags |= (t->cur_colon < 0 || at - start < t->cur_colon) ? SF_L_BS_NAME : SF_L_BS_VALUE;
+            else
+                t->cur_flags |= (c == 13) ? SF_H_CR : SF_H_NUL;
+            m &= m - 1;
+        }
+    }
+
+    /* Tokenise p[start + *scan : n) up to the blank line that ends the head.
+       Returns the LF that ends the last head line (and sets *body_start), -1 when
+       the head is not complete yet (state saved in t and *scan), -2 on error.
+       SSE2 turns 16 bytes into three bit masks (LF, colon, CR/backslash/NUL);
+       lines are then walked with ctz, not byte by byte. */
+    static Py_ssize_t sf_tokenise(sf_tok *t, const unsigned char *p, Py_ssize_t start, Py_ssize_t n,
+                                  Py_ssize_t *scan, int lenient, Py_ssize_t *body_start) {
+        Py_ssize_t i = start + *scan;
+        while (i < n) {
+            unsigned lfm = 0, com = 0, otm = 0, all;
+            int w;
+    #if defined(__SSE2__)
+            if (i + 16 <= n) {
+                __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+                lfm = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(10)));
+                com = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(58)));
+                otm = (unsigned)_mm_movemask_epi8(_mm_or_si128(
+                    _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(13)), _mm_cmpeq_epi8(v, _mm_set1_epi8(92))),
+                    _mm_cmpeq_epi8(v, _mm_setzero_si128())));
+                w = 16;
+            } else
     #endif
-        while (i < n && !cls[p[i]])
-            i++;
-        return i;
+            {
+                w = (n - i) < 16 ? (int)(n - i) : 16;
+                for (int b = 0; b < w; b++) {
+                    unsigned char c = p[i + b];
+                    if (c == 10) lfm |= 1u << b;
+                    else if (c == 58) com |= 1u << b;
+                    else if (c == 13 || c == 92 || c == 0) otm |= 1u << b;
+                }
+            }
+            all = (w == 32) ? ~0u : ((1u << w) - 1);
+            unsigned from = 0;  /* bits of this block before `from` belong to finished lines */
+            for (;;) {
+                unsigned upto = lfm ? ((lfm & (0u - lfm)) - 1) : all;  /* bits before the next LF */
+                unsigned range = upto & ~((1u << from) - 1);
+                if (t->cur_colon < 0 && (com & range))
+                    t->cur_colon = i + __builtin_ctz(com & range) - start;
+                if (otm & range)
+                    sf_tok_other(t, p, i, start, otm & range);
+                if (!lfm)
+                    break;
+                int b = __builtin_ctz(lfm);
+                Py_ssize_t j = i + b, k = j + 1;
+                Py_ssize_t saved_colon = t->cur_colon;
+                int saved_flags = t->cur_flags, saved_h = t->hflags;
+                if (sf_tok_record(t, j - start) < 0)
+                    return -2;
+                if (lenient)
+                    while (k < n && (p[k] == 32 || p[k] == 13)) k++;
+                else if (k < n && p[k] == 13)
+                    k++;
+                if (k >= n) {  /* cannot tell yet whether this LF ends the head: resume at it */
+                    t->nlf--;
+                    t->cur_colon = saved_colon;
+                    t->cur_flags = saved_flags;
+                    t->hflags = saved_h;
+                    *scan = j - start;
+                    return -1;
+                }
+                if (p[k] == 10) {
+                    *body_start = k + 1;
+                    return j;
+                }
+                lfm &= lfm - 1;
+                from = (unsigned)b + 1;
+            }
+            i += w;
+        }
+        *scan = n - start;
+        return -1;
     }
     """
-    Py_ssize_t sf_next_special(const unsigned char* p, Py_ssize_t i, Py_ssize_t n,
-                               const unsigned char* cls) nogil
+    ctypedef struct sf_tok:
+        Py_ssize_t* lf
+        Py_ssize_t* colon
+        unsigned char* flag
+        Py_ssize_t nlf
+        Py_ssize_t cap
+        Py_ssize_t limit
+        Py_ssize_t cur_colon
+        int cur_flags
+        int hflags
+    Py_ssize_t sf_tokenise(sf_tok* t, const unsigned char* p, Py_ssize_t start, Py_ssize_t n,
+                           Py_ssize_t* scan, int lenient, Py_ssize_t* body_start)
 
 __all__ = ["FrameScanner", "encode_frame"]
 
@@ -248,21 +365,9 @@ cdef inline object _decode(const char* s, Py_ssize_t n):
     return PyUnicode_DecodeUTF8(s, n, NULL)
 
 
-# byte classes for _find_head_end: 0 for every byte it does not care about
-DEF H_LF = 1
+# head flags, the same values as the SF_* macros of the tokeniser
 DEF H_CR = 2
-DEF H_BACKSLASH = 4
 DEF H_NUL = 8
-DEF H_COLON = 16
-cdef unsigned char _HCLASS[256]
-for _i in range(256):
-    _HCLASS[_i] = 0
-_HCLASS[10] = H_LF
-_HCLASS[13] = H_CR
-_HCLASS[92] = H_BACKSLASH
-_HCLASS[0] = H_NUL
-_HCLASS[58] = H_COLON
-# per-line flags (a line's CR and NUL use the H_ bits)
 DEF L_BS_NAME = 32     # a backslash before the line's first ':'
 DEF L_BS_VALUE = 64    # a backslash after it
 
@@ -315,14 +420,7 @@ cdef class FrameScanner:
     cdef Py_ssize_t _vcache_n[MAX_NAMES]
     cdef char _vcache_raw[MAX_NAMES][VALUE_CACHE_LEN]
     # head tokens recorded by _find_head_end, positions relative to the frame start
-    cdef Py_ssize_t* _lfs_at      # every LF
-    cdef Py_ssize_t* _colons      # first ':' of the line each LF ends, or -1
-    cdef Py_ssize_t _nlf
-    cdef Py_ssize_t _lf_cap
-    cdef Py_ssize_t _cur_colon    # first ':' of the unfinished line, or -1
-    cdef unsigned char* _lflags   # L_* flags of the line each LF ends
-    cdef int _cur_flags           # L_* flags of the unfinished line
-    cdef int _hflags              # H_CR | H_BACKSLASH | H_NUL seen in the head
+    cdef sf_tok _tok
 
     def __cinit__(self):
         cdef int i
@@ -331,9 +429,9 @@ cdef class FrameScanner:
             self._vcache_n[i] = -1
         self._buf = NULL
         self._tmp = NULL
-        self._lfs_at = self._colons = NULL
-        self._lflags = NULL
-        self._lf_cap = 0
+        self._tok.lf = self._tok.colon = NULL
+        self._tok.flag = NULL
+        self._tok.cap = 0
         self._dbody = NULL
         self._len = self._cap = self._tmp_cap = 0
 
@@ -344,6 +442,7 @@ cdef class FrameScanner:
         self._max_frame = _limit("max_frame_bytes", max_frame_bytes, DEFAULT_MAX_FRAME_BYTES)
         self._max_headers = _limit("max_headers", max_headers, DEFAULT_MAX_HEADERS)
         self._max_hb = _limit("max_header_bytes", max_header_bytes, DEFAULT_MAX_HEADER_BYTES)
+        self._tok.limit = self._max_headers + 2
         self._lenient = bool(lenient)
         self._base = 0
         self._failed = None
@@ -355,9 +454,9 @@ cdef class FrameScanner:
             Py_XDECREF(self._vcache[i])
         PyMem_Free(self._buf)
         PyMem_Free(self._tmp)
-        PyMem_Free(self._lfs_at)
-        PyMem_Free(self._colons)
-        PyMem_Free(self._lflags)
+        PyMem_Free(self._tok.lf)
+        PyMem_Free(self._tok.colon)
+        PyMem_Free(self._tok.flag)
         Py_XDECREF(self._dbody)
 
     cdef inline void _reset_frame(self):
@@ -367,10 +466,10 @@ cdef class FrameScanner:
         self._scan = self._checked = self._lfs = 0
         self._command = self._headers = self._repeats = None
         self._drop_body()
-        self._nlf = 0
-        self._cur_colon = -1
-        self._cur_flags = 0
-        self._hflags = 0
+        self._tok.nlf = 0
+        self._tok.cur_colon = -1
+        self._tok.cur_flags = 0
+        self._tok.hflags = 0
 
     @property
     def version(self):
@@ -631,88 +730,16 @@ cdef class FrameScanner:
             pos = end + 1
             self._reset_frame()
 
-    cdef Py_ssize_t _find_head_end(self, const char* p, Py_ssize_t start, Py_ssize_t n,
-                                   Py_ssize_t* body_start) except -2:
+    cdef inline Py_ssize_t _find_head_end(self, const char* p, Py_ssize_t start, Py_ssize_t n,
+                                          Py_ssize_t* body_start) except -2:
         """Tokenise the head up to its blank line: return the LF ending its last line, or -1.
 
-        One pass over the bytes, resumed where the last call stopped, records
-        the position of every LF and of the first ':' of every line (relative
-        to ``start``) and notes any CR, backslash or NUL, so that
-        ``_parse_head`` never searches again.
+        ``sf_tokenise`` (C, above) records, resuming where the last call stopped,
+        every LF and the first ':' of every line (relative to ``start``) and notes
+        CRs, backslashes and NULs per line, so ``_parse_head`` never searches again.
         """
-        cdef Py_ssize_t i = start + self._scan, k
-        cdef const unsigned char* u = <const unsigned char*>p
-        cdef unsigned char cls
-        cdef Py_ssize_t colon = self._cur_colon
-        cdef int flags = self._hflags, line = self._cur_flags
-        while True:
-            i = sf_next_special(u, i, n, _HCLASS)
-            if i >= n:
-                break
-            cls = _HCLASS[u[i]]
-            if cls == H_COLON:
-                if colon < 0:
-                    colon = i - start
-            elif cls == H_BACKSLASH:
-                line |= L_BS_NAME if colon < 0 else L_BS_VALUE
-            elif cls != H_LF:
-                flags |= cls
-                line |= cls
-            else:
-                self._record_line(i - start, colon, line)
-                flags |= line
-                colon = -1
-                line = 0
-                k = i + 1
-                if self._lenient:
-                    while k < n and (p[k] == b' ' or p[k] == b'\r'):
-                        k += 1
-                elif k < n and p[k] == b'\r':
-                    k += 1
-                if k >= n:  # cannot tell yet whether this LF ends the head: resume at it
-                    self._nlf -= 1
-                    if self._nlf < self._lf_cap:
-                        colon = self._colons[self._nlf]
-                        line = self._lflags[self._nlf]
-                    break
-                if p[k] == b'\n':
-                    body_start[0] = k + 1
-                    self._hflags = flags
-                    return i
-            i += 1
-        self._scan = i - start
-        self._cur_colon = colon
-        self._cur_flags = line
-        self._hflags = flags
-        return -1
-
-    cdef inline int _record_line(self, Py_ssize_t lf, Py_ssize_t colon, int line) except -1:
-        cdef Py_ssize_t cap
-        cdef Py_ssize_t* grown
-        cdef unsigned char* grown8
-        if self._nlf >= self._lf_cap:
-            if self._lf_cap > self._max_headers + 2:  # a fault anyway: stop recording
-                self._nlf += 1
-                return 0
-            cap = self._lf_cap * 2 if self._lf_cap else 32
-            grown = <Py_ssize_t*>PyMem_Realloc(self._lfs_at, cap * sizeof(Py_ssize_t))
-            if grown == NULL:
-                raise MemoryError()
-            self._lfs_at = grown
-            grown = <Py_ssize_t*>PyMem_Realloc(self._colons, cap * sizeof(Py_ssize_t))
-            if grown == NULL:
-                raise MemoryError()
-            self._colons = grown
-            grown8 = <unsigned char*>PyMem_Realloc(self._lflags, cap)
-            if grown8 == NULL:
-                raise MemoryError()
-            self._lflags = grown8
-            self._lf_cap = cap
-        self._lfs_at[self._nlf] = lf
-        self._colons[self._nlf] = colon
-        self._lflags[self._nlf] = line
-        self._nlf += 1
-        return 0
+        return sf_tokenise(&self._tok, <const unsigned char*>p, start, n, &self._scan,
+                           self._lenient, body_start)
 
     cdef object _command_of(self, const char* s, Py_ssize_t n):
         """The command named by a command line (without its LF), or None if invalid."""
@@ -801,13 +828,14 @@ cdef class FrameScanner:
         earlier one, as in the pure implementation.
         """
         cdef Py_ssize_t ls, le, ns, ne, vs, ve, k, k0, size = bstart - start
-        cdef Py_ssize_t nlines = self._nlf - 1
+        cdef Py_ssize_t nlines = self._tok.nlf - 1
         cdef int ver = self._ver, slot, cl_slot = -1
-        cdef int flags = self._hflags
+        cdef int flags = self._tok.hflags
         cdef bint lenient = self._lenient, pad = ver == 10, unescape, cl_raw = False
         cdef Py_ssize_t cl_vs = 0, cl_ve = 0, length = -1
-        cdef Py_ssize_t* lf = self._lfs_at
-        cdef Py_ssize_t* colons = self._colons
+        cdef Py_ssize_t* lf = self._tok.lf
+        cdef Py_ssize_t* colons = self._tok.colon
+        cdef unsigned char* lflags = self._tok.flag
         cdef object command, name, value
         cdef dict headers
         cdef list repeats = None
@@ -824,7 +852,7 @@ cdef class FrameScanner:
             for k in range(1, nlines + 1):
                 ls = start + lf[k - 1] + 1
                 le = start + lf[k]
-                if self._lflags[k] & H_CR or lenient:
+                if lflags[k] & H_CR or lenient:
                     if lenient:
                         while le > ls and (p[le - 1] == b' ' or p[le - 1] == b'\r'):
                             le -= 1
@@ -857,12 +885,12 @@ cdef class FrameScanner:
                     fault = self._describe("%s frame: header with an empty name%s", command, NULL, 0)
                     break
                 slot = -1
-                if unescape and self._lflags[k] & L_BS_NAME:
+                if unescape and lflags[k] & L_BS_NAME:
                     name = self._unescaped(p + ns, ne - ns)
                 else:
                     slot = _name_index(p + ns, ne - ns)
                     name = <object>_NAMES[slot].obj if slot >= 0 else _decode(p + ns, ne - ns)
-                if unescape and self._lflags[k] & L_BS_VALUE:
+                if unescape and lflags[k] & L_BS_VALUE:
                     value = self._unescaped(p + vs, ve - vs)
                     if name is S_CONTENT_LENGTH:
                         slot = -2  # content-length read from the unescaped str below
