@@ -266,7 +266,6 @@ DEF MAX_NAME_LEN = 24
 DEF VALUE_CACHE_LEN = 48    # longer values are not cached
 
 cdef _Name _NAMES[MAX_NAMES]
-cdef int _NAME_FIRST[MAX_NAME_LEN + 2]   # _NAMES[_NAME_FIRST[n]:_NAME_FIRST[n + 1]] have length n
 cdef list _NAME_OBJECTS = []             # (bytes, str) pairs the table points into
 
 # (name, cacheable)
@@ -285,12 +284,10 @@ _KNOWN_NAMES = [
 
 
 cdef void _build_name_table():
-    cdef int count = 0, length, k
-    ordered = sorted(_KNOWN_NAMES, key=lambda item: len(item[0]))
-    for length in range(MAX_NAME_LEN + 2):
-        _NAME_FIRST[length] = 0
-    for name, cacheable in ordered:
+    cdef int count = 0
+    for name, cacheable in _KNOWN_NAMES:
         raw = name.encode()
+        assert 0 < len(raw) <= MAX_NAME_LEN and count < MAX_NAMES
         name = sys_intern(name)
         _NAME_OBJECTS.append((raw, name))
         _NAMES[count].s = PyBytes_AS_STRING(raw)
@@ -298,35 +295,79 @@ cdef void _build_name_table():
         _NAMES[count].obj = <PyObject*>name
         _NAMES[count].cacheable = cacheable
         count += 1
-    k = 0
-    for length in range(MAX_NAME_LEN + 2):
-        while k < count and _NAMES[k].n < length:
-            k += 1
-        _NAME_FIRST[length] = k
+
+
+# An open-addressed hash of the names: one probe, one compare for a known name.
+DEF NAME_HASH_SIZE = 256
+cdef signed char _NAME_HASH[NAME_HASH_SIZE]
+
+
+cdef inline unsigned int _name_hash(const char* s, Py_ssize_t n):
+    return (<unsigned int>n * 31u + <unsigned char>s[0] * 7u + <unsigned char>s[n - 1] * 13u
+            + <unsigned char>s[n >> 1]) & (NAME_HASH_SIZE - 1)
+
+
+cdef void _build_name_hash():
+    cdef int i
+    cdef unsigned int h
+    for i in range(NAME_HASH_SIZE):
+        _NAME_HASH[i] = -1
+    for i in range(len(_NAME_OBJECTS)):
+        h = _name_hash(_NAMES[i].s, _NAMES[i].n)
+        while _NAME_HASH[h] >= 0:
+            h = (h + 1) & (NAME_HASH_SIZE - 1)
+        _NAME_HASH[h] = i
 
 
 from sys import intern as sys_intern
 _build_name_table()
+_build_name_hash()
 
 
-cdef inline bint _same(const char* a, const char* b, Py_ssize_t n):
-    """``a[0:n] == b[0:n]`` for short runs, without a call into libc."""
-    cdef Py_ssize_t i
-    for i in range(n):
-        if a[i] != b[i]:
-            return False
-    return True
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    /* a[0:n] == b[0:n] for short runs: word compares, reading nothing outside [0, n). */
+    static inline int sf_same(const char *a, const char *b, Py_ssize_t n) {
+        if (n >= 8) {
+            uint64_t x, y;
+            for (Py_ssize_t i = 0; i + 8 < n; i += 8) {
+                memcpy(&x, a + i, 8); memcpy(&y, b + i, 8);
+                if (x != y) return 0;
+            }
+            memcpy(&x, a + n - 8, 8); memcpy(&y, b + n - 8, 8);
+            return x == y;
+        }
+        if (n >= 4) {
+            uint32_t x, y;
+            memcpy(&x, a, 4); memcpy(&y, b, 4);
+            if (x != y) return 0;
+            memcpy(&x, a + n - 4, 4); memcpy(&y, b + n - 4, 4);
+            return x == y;
+        }
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (a[i] != b[i]) return 0;
+        return 1;
+    }
+    """
+    bint _same "sf_same" (const char* a, const char* b, Py_ssize_t n)
 
 
 cdef inline int _name_index(const char* s, Py_ssize_t n):
     """Index of a well-known header name in _NAMES, or -1."""
     cdef int i
+    cdef unsigned int h
     if n > MAX_NAME_LEN or n <= 0:
         return -1
-    for i in range(_NAME_FIRST[n], _NAME_FIRST[n + 1]):
-        if _NAMES[i].s[0] == s[0] and _same(_NAMES[i].s, s, n):
+    h = _name_hash(s, n)
+    while True:
+        i = _NAME_HASH[h]
+        if i < 0:
+            return -1
+        if _NAMES[i].n == n and _same(_NAMES[i].s, s, n):
             return i
-    return -1
+        h = (h + 1) & (NAME_HASH_SIZE - 1)
 
 
 # the 15 commands, as a C table of (bytes, str) like the names
@@ -829,7 +870,8 @@ cdef class FrameScanner:
         """
         cdef Py_ssize_t ls, le, ns, ne, vs, ve, k, k0, size = bstart - start
         cdef Py_ssize_t nlines = self._tok.nlf - 1
-        cdef int ver = self._ver, slot, cl_slot = -1
+        cdef int ver = self._ver, slot
+        cdef bint cl_seen = False
         cdef int flags = self._tok.hflags
         cdef bint lenient = self._lenient, pad = ver == 10, unescape, cl_raw = False
         cdef Py_ssize_t cl_vs = 0, cl_ve = 0, length = -1
@@ -892,8 +934,7 @@ cdef class FrameScanner:
                     name = <object>_NAMES[slot].obj if slot >= 0 else _decode(p + ns, ne - ns)
                 if unescape and lflags[k] & L_BS_VALUE:
                     value = self._unescaped(p + vs, ve - vs)
-                    if name is S_CONTENT_LENGTH:
-                        slot = -2  # content-length read from the unescaped str below
+                    slot = -1  # not the raw bytes: a content-length is read from the str below
                 else:
                     value = self._value(slot, p + vs, ve - vs)
                 if name is None or value is None:
@@ -901,14 +942,12 @@ cdef class FrameScanner:
                     break
                 if lenient:
                     name = name.lower()
-                    slot = -1
-                elif slot >= 0 and cl_slot < 0 and name is S_CONTENT_LENGTH:
-                    cl_slot = slot
-                    cl_vs = vs
-                    cl_ve = ve
-                    cl_raw = True
-                elif slot == -2 and cl_slot < 0:
-                    cl_slot = slot
+                elif name is S_CONTENT_LENGTH and not cl_seen:  # the first one counts
+                    cl_seen = True
+                    if slot >= 0:
+                        cl_raw = True
+                        cl_vs = vs
+                        cl_ve = ve
                 if repeats is not None:
                     repeats.append((name, value))
                     PyDict_SetDefault(headers, name, value)
@@ -951,7 +990,7 @@ cdef class FrameScanner:
         cdef PyObject* old
         if slot < 0 or not _NAMES[slot].cacheable or n > VALUE_CACHE_LEN:
             return _decode(s, n)
-        if self._vcache_n[slot] == n and memcmp(self._vcache_raw[slot], s, n) == 0:
+        if self._vcache_n[slot] == n and _same(self._vcache_raw[slot], s, n):
             return <object>self._vcache[slot]
         value = _decode(s, n)
         old = self._vcache[slot]
