@@ -62,10 +62,20 @@ _UNESCAPE = {
     11: {"\\n": "\n", "\\c": ":", "\\\\": "\\"},
     12: {"\\n": "\n", "\\c": ":", "\\\\": "\\", "\\r": "\r"},
 }
-_ESCAPE = {
-    11: str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c"}),
-    12: str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c", "\r": "\\r"}),
-}
+
+
+def _escape(text: str, ver: int) -> str:
+    """Escape a 1.1/1.2 name or value (``str.replace`` beats ``str.translate`` here)."""
+    if "\\" in text:  # first, so that the backslashes added below stay single
+        text = text.replace("\\", "\\\\")
+    if "\n" in text:
+        text = text.replace("\n", "\\n")
+    if ":" in text:
+        text = text.replace(":", "\\c")
+    if ver == 12 and "\r" in text:
+        text = text.replace("\r", "\\r")
+    return text
+
 _ESCAPE_SEQ = re.compile(r"\\.?", re.S)
 _PAD = " \t"  # STOMP 1.0 peers pad names and values with these
 _SKIPPABLE = b"\n\r "  # bytes that may begin an empty line before a frame (the space only when lenient)
@@ -616,8 +626,8 @@ def _encode_dict_fast(command: str, headers: dict, body: bytes, ver: int) -> Opt
     """Encode a dict of str headers with whole-string operations, or return None.
 
     All names are joined into one string and all values into another (NUL, which
-    no header may hold, separates them), escaped with one ``translate`` each and
-    zipped back into lines. None hands anything unusual (a non-str value, a NUL,
+    no header may hold, separates them), escaped in one go each and zipped back
+    into lines. None hands anything unusual (a non-str value, a NUL,
     a CR on 1.1, an empty name, content-length given) to the general path, which
     also raises the exact error.
     """
@@ -635,12 +645,11 @@ def _encode_dict_fast(command: str, headers: dict, body: bytes, ver: int) -> Opt
         or (ver == 11 and ("\r" in names or "\r" in values))
     ):
         return None
-    table = _ESCAPE[ver]
-    names_list = names.translate(table).split("\0")
+    names_list = _escape(names, ver).split("\0")
     if "" in names_list:
         return None
     lines = [command]
-    lines.extend(map(":".join, zip(names_list, values.translate(table).split("\0"))))
+    lines.extend(map(":".join, zip(names_list, _escape(values, ver).split("\0"))))
     if body:
         lines.append("content-length:" + str(len(body)))
     lines.append("\n")
@@ -652,7 +661,6 @@ def _encode_dict_fast(command: str, headers: dict, body: bytes, ver: int) -> Opt
 
 
 def _encode_general(command: str, headers: HeadersArg, body: bytes, ver: int, raw: bool) -> bytes:
-    table = _ESCAPE.get(ver)
     items = headers.items() if isinstance(headers, Mapping) else (headers or ())
     lines = [command]
     has_length = False
@@ -684,8 +692,8 @@ def _encode_general(command: str, headers: HeadersArg, body: bytes, ver: int, ra
         else:
             if ver == 11 and ("\r" in name or "\r" in value):
                 raise LocalProtocolError(f"{command} frame: header {name!r} holds a CR, which STOMP 1.1 cannot escape")
-            name = name.translate(table)
-            value = value.translate(table)
+            name = _escape(name, ver)
+            value = _escape(value, ver)
         lines.append(name + ":" + value)
     if body and not has_length:
         lines.append(f"content-length:{len(body)}")
