@@ -493,11 +493,19 @@ class FrameScanner:
         if "\\" in text and command not in _UNESCAPED_COMMANDS:
             # Unescape every value in one go: NUL cannot occur in a head and no
             # escape produces it, so it separates the values safely.
-            if "\\" in "".join(headers):
+            values = "\0".join(headers.values())
+            if values.count("\\") != text.count("\\"):
                 return None  # an escaped name: rare, and may collide after unescaping
-            values = _unescape_joined("\0".join(headers.values()), self._ver)
-            if values is None:
-                return None
+            if "\\\\" in values:
+                values = _unescape_joined(values, self._ver)
+                if values is None:
+                    return None
+            else:  # no escaped backslash: every backslash starts \n, \c or (1.2) \r
+                values = values.replace("\\c", ":").replace("\\n", "\n")
+                if self._ver == 12:
+                    values = values.replace("\\r", "\r")
+                if "\\" in values:
+                    return None
             headers = dict(zip(headers, values.split("\0")))
         length = -1
         value = headers.get("content-length")
