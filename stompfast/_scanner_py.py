@@ -292,6 +292,11 @@ class FrameScanner:
         n = len(buf)
         pos = 0
         fast = not self._lenient and self._ver != 10
+        append = frames.append
+        make = tuple.__new__
+        # Per-frame state lives in attributes only while a frame is incomplete
+        # (``_in_frame`` is then True); a frame that is complete in ``buf`` from
+        # the start is scanned with locals alone.
         while True:
             head = self._head
             if head is None:
@@ -302,12 +307,12 @@ class FrameScanner:
                         pos, ready = self._skip_eols(buf, pos, n)
                         if not ready:  # all consumed, or an empty line awaiting its LF
                             return pos
-                    self._in_frame = True
                 if fast:
                     j = buf.find(b"\n\n", pos + self._scan, n)
                     if j >= 0:
                         head = self._fast_head(buf, pos, j)
                 if head is None:  # a CR, an escape, a fault, 1.0 or lenient rules: the general path
+                    self._in_frame = True
                     found = self._find_head_end(buf, pos, n)
                     if found is None:
                         self._check_head(buf, pos, n, False)
@@ -315,12 +320,13 @@ class FrameScanner:
                     hend, body_start = found
                     self._check_head(buf, pos, body_start, True)
                     head = self._parse_head(buf, pos, hend, body_start)
-                self._head = head
             command, headers, repeats, body_start, length = head
             start = pos + body_start
             if length >= 0:
                 end = start + length
                 if end >= n:  # the NUL after the body is not here yet
+                    self._head = head
+                    self._in_frame = True
                     return pos
                 if buf[end] != 0:
                     raise self._fault(end, f"{command} frame: no NUL after the {length} body bytes of content-length")
@@ -331,13 +337,16 @@ class FrameScanner:
                         raise self._over_limit(
                             pos + self._max_frame - 1, "max_frame_bytes", self._max_frame, f"{command} frame"
                         )
+                    self._head = head
+                    self._in_frame = True
                     self._scan = n - pos
                     return pos
-            frames.append(tuple.__new__(Frame, (command, headers, bytes(buf[start:end]), repeats)))
+            append(make(Frame, (command, headers, buf[start:end] if type(buf) is bytes else bytes(buf[start:end]), repeats)))
             pos = end + 1
-            self._head = None
-            self._in_frame = self._cmd_done = False
-            self._scan = self._checked = self._lfs = 0
+            if self._in_frame:
+                self._head = None
+                self._in_frame = self._cmd_done = False
+                self._scan = self._checked = self._lfs = 0
 
     def _skip_eols(self, buf: bytearray, pos: int, n: int) -> Tuple[int, bool]:
         """Skip the empty lines (heart-beats) before a frame.
