@@ -566,7 +566,10 @@ cdef class FrameScanner:
             raise RemoteProtocolError(
                 f"the scanner failed earlier and cannot resynchronise: {self._failed}",
                 offset=self._failed.offset, frames=[])
-        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        try:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        except BufferError:  # the same error as the pure scanner gives
+            raise TypeError(f"data must be a contiguous bytes-like object, not {type(data).__name__}") from None
         try:
             self._feed(<const char*>view.buf, view.len, frames)
         except RemoteProtocolError as exc:

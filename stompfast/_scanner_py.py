@@ -254,7 +254,12 @@ class FrameScanner:
                     buf += memoryview(data)[consumed:]
                 self._base += consumed
                 return frames
-            buf += data
+            try:
+                buf += data
+            except (TypeError, BufferError):
+                raise TypeError(
+                    f"data must be a contiguous bytes-like object, not {type(data).__name__}"
+                ) from None
             consumed = self._scan_frames(buf, frames)
         except RemoteProtocolError as exc:
             exc.frames = frames

@@ -169,6 +169,11 @@ class ServerError(StompError):
     body: bytes = b""
     receipt_id: Optional[str] = None
 
+    def __init__(self, message: str = "", **data: Any) -> None:
+        if "headers" in data:  # a Frame's read-only mapping does not pickle; a dict does
+            data["headers"] = dict(data["headers"])
+        super().__init__(message, **data)
+
 
 class AuthenticationError(ServerError):
     """The broker refused the CONNECT frame (bad login, passcode or virtual host)."""

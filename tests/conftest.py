@@ -1,0 +1,50 @@
+"""Fixtures shared by the scanner and encoder tests.
+
+``impl`` runs a test once per implementation (ids ``c`` and ``py``). The ``c`` one
+fails when the extension cannot be imported: a normal install must have built it.
+With ``STOMPFAST_NO_EXTENSIONS`` set (a pure build) it is skipped instead.
+
+Tests marked ``slow`` (bigger hypothesis runs) are skipped unless ``--run-slow`` is
+given, so that ``pytest tests`` stays well under two minutes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from helpers import feed_all_ways, load_impl  # noqa: F401  (re-exported for tests)
+
+settings.register_profile(
+    "default",
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+settings.register_profile("slow", parent=settings.get_profile("default"), max_examples=2000)
+settings.register_profile("ci", parent=settings.get_profile("default"), derandomize=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-slow", action="store_true", default=False, help="run tests marked slow")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    if config.getoption("--run-slow"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with --run-slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(params=["c", "py"], scope="session")
+def impl(request: pytest.FixtureRequest):
+    """The module of one implementation: ``FrameScanner`` and ``encode_frame``."""
+    return load_impl(request.param)
