@@ -505,22 +505,26 @@ class FrameScanner:
         if len(headers) != len(lines) - 1 or "" in headers:
             return None
         if "\\" in text and command not in _UNESCAPED_COMMANDS:
-            # Unescape every value in one go: NUL cannot occur in a head and no
-            # escape produces it, so it separates the values safely.
-            values = "\0".join(headers.values())
-            if values.count("\\") != text.count("\\"):
+            # Unescape, in place, the values that hold a backslash (the names
+            # must hold none: their backslashes would show in the count).
+            ver = self._ver
+            seen = 0
+            for name, value in headers.items():
+                if "\\" in value:
+                    seen += value.count("\\")
+                    if "\\\\" in value:
+                        value = _unescape_joined(value, ver)
+                        if value is None:
+                            return None
+                    else:  # every backslash starts \n, \c or (1.2) \r
+                        value = value.replace("\\c", ":").replace("\\n", "\n")
+                        if ver == 12:
+                            value = value.replace("\\r", "\r")
+                        if "\\" in value:
+                            return None
+                    headers[name] = value
+            if seen != text.count("\\"):
                 return None  # an escaped name: rare, and may collide after unescaping
-            if "\\\\" in values:
-                values = _unescape_joined(values, self._ver)
-                if values is None:
-                    return None
-            else:  # no escaped backslash: every backslash starts \n, \c or (1.2) \r
-                values = values.replace("\\c", ":").replace("\\n", "\n")
-                if self._ver == 12:
-                    values = values.replace("\\r", "\r")
-                if "\\" in values:
-                    return None
-            headers = dict(zip(headers, values.split("\0")))
         length = -1
         value = headers.get("content-length")
         if value is not None:
