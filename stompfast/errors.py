@@ -13,15 +13,16 @@ working in code that does not know about stompfast::
     │       └── LimitExceededError             a frame passed a configured limit
     ├── StompConnectionError (ConnectionError)
     │   ├── ConnectError                       could not open or negotiate a session
+    │   │   └── ConnectTimeout (+TimeoutError) no connection or no CONNECTED in time
     │   └── ConnectionLostError                an established session ended
     │       └── HeartbeatTimeout (+TimeoutError)   the peer fell silent
     ├── ServerError                            the broker sent an ERROR frame
     │   └── AuthenticationError                ... in answer to CONNECT
     ├── StompTimeout (TimeoutError)
-    │   ├── ConnectTimeout                     no CONNECTED in time
     │   ├── ReceiptTimeout                     no RECEIPT in time (sync facade)
     │   └── ReceiveTimeout                     no message in time (sync facade)
     ├── ClientClosedError (RuntimeError)       the client or subscription is closed
+    ├── FlowControlError                       a full, unread subscription stopped the reader
     ├── StaleMessageError                      ack/nack of a message from a dead session
     └── TransactionError                       a transaction could not be completed
 
@@ -41,6 +42,7 @@ __all__ = [
     "ConnectError",
     "ConnectTimeout",
     "ConnectionLostError",
+    "FlowControlError",
     "HeartbeatTimeout",
     "LimitExceededError",
     "LocalProtocolError",
@@ -144,8 +146,8 @@ class HeartbeatTimeout(ConnectionLostError, StompTimeout):
     """The peer sent nothing for longer than the negotiated heart-beat tolerance."""
 
 
-class ConnectTimeout(StompTimeout):
-    """No CONNECTED frame arrived in time."""
+class ConnectTimeout(ConnectError, StompTimeout):
+    """The TCP connection or the CONNECTED frame did not come in time."""
 
 
 class ReceiptTimeout(StompTimeout):
@@ -177,6 +179,16 @@ class ServerError(StompError):
 
 class AuthenticationError(ServerError):
     """The broker refused the CONNECT frame (bad login, passcode or virtual host)."""
+
+
+class FlowControlError(StompError):
+    """A receipt cannot arrive: a full subscription buffer nobody reads stopped the reader.
+
+    The client stops reading the socket while a subscription's buffer is full
+    (that is its backpressure). A receipt or ``flush()`` awaited meanwhile would
+    wait forever if nothing drains that buffer, so after ``stall_timeout`` it fails
+    with this error instead. Attributes: ``subscription`` (its id), ``destination``.
+    """
 
 
 class ClientClosedError(StompError, RuntimeError):

@@ -35,10 +35,11 @@ TREE = {
     "ServerError": (("StompError",), ()),
     "AuthenticationError": (("ServerError",), ()),
     "StompTimeout": (("StompError",), (TimeoutError,)),
-    "ConnectTimeout": (("StompTimeout",), ()),
+    "ConnectTimeout": (("ConnectError", "StompTimeout"), ()),
     "ReceiptTimeout": (("StompTimeout",), ()),
     "ReceiveTimeout": (("StompTimeout",), ()),
     "ClientClosedError": (("StompError",), (RuntimeError,)),
+    "FlowControlError": (("StompError",), ()),
     "StaleMessageError": (("StompError",), ()),
     "TransactionError": (("StompError",), ()),
 }

@@ -1,0 +1,794 @@
+"""AsyncClient: one STOMP connection on anyio (asyncio, asyncio+uvloop, trio).
+
+Theory of operation
+-------------------
+``async with AsyncClient(url) as client`` opens the TCP connection, sends
+CONNECT, waits for CONNECTED (all within ``connect_timeout``), then starts the
+client's own task group with up to four tasks, and nothing else:
+
+* **reader**: reads large chunks, feeds :class:`~stompfast._protocol.StompProtocol`
+  and dispatches every event of one read in one step: messages to their
+  subscription buffers (each consumer woken once), receipts to their waiters.
+  When a subscription's buffer is full it stops reading (backpressure; see
+  ``_subscription``), and while stopped it suspends the liveness check;
+* **writer**: :meth:`send` and friends only append encoded frames to an
+  outgoing list (no await unless the list holds ``send_buffer_bytes``) and wake
+  the writer when the list goes from empty to non-empty, so a burst of sends
+  becomes one socket write. Frames are written when the sending task next
+  yields to the event loop (any ``await`` that waits) or the buffer is full;
+* **heart-beat sender**: writes an EOL whenever nothing was written for half
+  the negotiated interval, checking every quarter interval, so the broker sees
+  at most about 0.75 interval of silence;
+* **liveness watch**: if nothing at all arrived for the broker's interval times
+  ``heartbeat_tolerance`` while the reader was reading, the connection is
+  declared dead with :class:`~stompfast.HeartbeatTimeout`.
+
+Background tasks never raise into the caller's code: a failure (connection
+lost, ERROR frame, heart-beat timeout, framing fault) is recorded once, every
+pending receipt and every subscription is failed with it, the background tasks
+stop and the socket is closed. Later calls raise the same error.
+
+Leaving the ``async with`` block sends DISCONNECT with a receipt and waits for
+it, shielded and bounded by ``disconnect_timeout``, then closes the socket.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import anyio
+
+from ._config import Endpoint, check_positive, parse_url
+from ._protocol import (
+    SUPPORTED_VERSIONS,
+    Connected,
+    ErrorReceived,
+    Message,
+    ReceiptReceived,
+    SessionState,
+    StompProtocol,
+)
+from ._subscription import DEFAULT_BUFFER_SIZE, AsyncSubscription, _copy
+from ._transport import READ_SIZE, Transport, open_transport
+from .errors import (
+    ClientClosedError,
+    ConfigurationError,
+    ConnectError,
+    ConnectionLostError,
+    ConnectTimeout,
+    FlowControlError,
+    HeartbeatTimeout,
+    RemoteProtocolError,
+    ServerError,
+    StompError,
+    TransactionError,
+)
+
+__all__ = ["AsyncClient", "AsyncTransaction", "Receipt"]
+
+TEXT_CONTENT_TYPE = "text/plain;charset=utf-8"
+
+
+class Receipt:
+    """A frame's confirmation from the broker, awaited with ``await receipt``.
+
+    Many can be outstanding at once; :meth:`AsyncClient.wait_receipts` awaits a
+    group, :meth:`AsyncClient.flush` everything sent so far.
+    """
+
+    __slots__ = ("receipt_id", "_event", "_error")
+
+    def __init__(self, receipt_id: str) -> None:
+        self.receipt_id = receipt_id
+        self._event = anyio.Event()
+        self._error: Optional[BaseException] = None
+
+    def done(self) -> bool:
+        """True once the RECEIPT arrived or the wait failed."""
+        return self._event.is_set()
+
+    @property
+    def error(self) -> Optional[BaseException]:
+        return self._error
+
+    async def wait(self) -> "Receipt":
+        """Wait for the RECEIPT; raise what made it impossible (ServerError, ConnectionLostError...)."""
+        await self._event.wait()
+        if self._error is not None:
+            raise _copy(self._error)
+        return self
+
+    def __await__(self) -> Any:
+        return self.wait().__await__()
+
+    def _set(self) -> None:
+        self._event.set()
+
+    def _fail(self, error: BaseException) -> None:
+        if not self._event.is_set():
+            self._error = error
+            self._event.set()
+
+    def __repr__(self) -> str:
+        state = "pending" if not self.done() else ("failed" if self._error else "confirmed")
+        return f"<Receipt {self.receipt_id!r} {state}>"
+
+
+class AsyncClient:
+    """An asynchronous STOMP client for one broker connection.
+
+    Args:
+        url: ``stomp://login:passcode@host:port/virtual_host`` (every part optional
+            but the host; port 61613; virtual host ``/``). Keywords override it.
+        login, passcode: credentials (CONNECT ``login``/``passcode``).
+        virtual_host: the CONNECT ``host`` header; ``/`` by default, which works on
+            RabbitMQ, ActiveMQ and Artemis alike.
+        host, port: where to connect when no URL is given (default 127.0.0.1:61613).
+        versions: STOMP versions to offer (default all three; the broker picks).
+        heart_beat: ``(cx, cy)`` milliseconds: how often we can send, how often we
+            want to hear from the broker (0 = never). Default ``(10000, 10000)``.
+        heartbeat_tolerance: how many broker intervals of silence mean the
+            connection is dead (default 3: ActiveMQ spaces its beats up to twice
+            the agreed interval).
+        connect_headers: extra CONNECT headers (e.g. ``{"client-id": "app-1"}``).
+        connect_timeout: seconds for TCP connect plus CONNECTED (ConnectTimeout).
+        use_stomp_command: send ``STOMP`` instead of ``CONNECT`` (1.1+ brokers).
+        send_buffer_bytes: queued outgoing bytes beyond which ``send`` waits.
+        stall_timeout: seconds the reader may be stopped by a full subscription
+            before pending receipts fail with FlowControlError.
+        disconnect_timeout: seconds to wait for the DISCONNECT receipt on close.
+        max_frame_bytes, max_headers, max_header_bytes: scanner limits for
+            received frames (see docs/framing.md).
+    """
+
+    def __init__(
+        self,
+        url: Optional[str] = None,
+        *,
+        login: Optional[str] = None,
+        passcode: Optional[str] = None,
+        virtual_host: Optional[str] = None,
+        host: Optional[str] = None,
+        port: Optional[int] = None,
+        versions: Iterable[str] = SUPPORTED_VERSIONS,
+        heart_beat: Sequence[int] = (10000, 10000),
+        heartbeat_tolerance: float = 3.0,
+        connect_headers: Optional[Mapping[str, str]] = None,
+        connect_timeout: float = 10.0,
+        use_stomp_command: bool = False,
+        send_buffer_bytes: int = 4 * 1024 * 1024,
+        stall_timeout: float = 10.0,
+        disconnect_timeout: float = 5.0,
+        max_frame_bytes: Optional[int] = None,
+        max_headers: Optional[int] = None,
+        max_header_bytes: Optional[int] = None,
+    ) -> None:
+        endpoint = parse_url(url) if url is not None else Endpoint(host or "127.0.0.1")
+        if host is not None:
+            endpoint.host = host
+        if port is not None:
+            if type(port) is not int or not 0 < port < 65536:
+                raise ConfigurationError(f"port must be an int from 1 to 65535, not {port!r}")
+            endpoint.port = port
+        if login is not None:
+            endpoint.login = login
+        if passcode is not None:
+            endpoint.passcode = passcode
+        if virtual_host is not None:
+            endpoint.virtual_host = virtual_host
+        self.endpoint = endpoint
+        self._heartbeat_tolerance = check_positive("heartbeat_tolerance", heartbeat_tolerance)
+        if heartbeat_tolerance < 1:
+            raise ConfigurationError("heartbeat_tolerance must be at least 1 (a multiple of the broker's interval)")
+        self._connect_timeout = check_positive("connect_timeout", connect_timeout)
+        self._send_buffer_bytes = check_positive("send_buffer_bytes", send_buffer_bytes)
+        self._stall_timeout = check_positive("stall_timeout", stall_timeout)
+        self._disconnect_timeout = check_positive("disconnect_timeout", disconnect_timeout)
+        # The protocol object checks versions, heart_beat and limits now, before any I/O.
+        self._protocol = StompProtocol(
+            host=endpoint.virtual_host,
+            login=endpoint.login,
+            passcode=endpoint.passcode,
+            versions=versions,
+            heart_beat=heart_beat,
+            connect_headers=connect_headers,
+            use_stomp_command=use_stomp_command,
+            max_frame_bytes=max_frame_bytes,
+            max_headers=max_headers,
+            max_header_bytes=max_header_bytes,
+        )
+        self._transport: Optional[Transport] = None
+        self._tg: Optional[anyio.abc.TaskGroup] = None
+        self._state = "new"  # new -> connecting -> open -> closing -> closed
+        self._error: Optional[BaseException] = None
+        self._receipts: Dict[str, Receipt] = {}
+        self._subs: Dict[str, AsyncSubscription] = {}
+        self._out: List[bytes] = []
+        self._out_bytes = 0
+        self._wakeup = anyio.Event()
+        self._drained: Optional[anyio.Event] = None
+        self._last_sent = 0.0
+        self._last_received = 0.0
+        self._paused_on: Optional[AsyncSubscription] = None
+        self._stalled = False
+
+    # -- properties -------------------------------------------------------------------
+
+    @property
+    def version(self) -> Optional[str]:
+        """The negotiated STOMP version (None before CONNECTED)."""
+        return self._protocol.version
+
+    @property
+    def server(self) -> Optional[str]:
+        """The broker's ``server`` header, e.g. ``RabbitMQ/3.10.8``."""
+        return self._protocol.server
+
+    @property
+    def session(self) -> Optional[str]:
+        """The broker's ``session`` id."""
+        return self._protocol.session
+
+    @property
+    def heart_beat(self) -> Tuple[int, int]:
+        """Negotiated ``(send_ms, receive_ms)``: our beat interval, the broker's (0: none)."""
+        return self._protocol.heart_beat
+
+    @property
+    def is_connected(self) -> bool:
+        return self._state == "open" and self._error is None
+
+    @property
+    def error(self) -> Optional[BaseException]:
+        """What ended the connection, if it failed."""
+        return self._error
+
+    # -- connect / close ----------------------------------------------------------------
+
+    async def __aenter__(self) -> "AsyncClient":
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
+
+    async def connect(self) -> None:
+        """Open the connection and the STOMP session.
+
+        Raises:
+            ConnectError: the TCP connection failed or the broker closed it early.
+            ConnectTimeout: no connection or no CONNECTED within ``connect_timeout``.
+            AuthenticationError: the broker answered CONNECT with ERROR.
+            ClientClosedError: this client was already used.
+        """
+        if self._state != "new":
+            raise ClientClosedError("an AsyncClient connects once; create a new one to connect again")
+        self._state = "connecting"
+        ep = self.endpoint
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        try:
+            leftover: List[Any] = []
+            try:
+                with anyio.fail_after(self._connect_timeout):
+                    self._transport = await open_transport(ep.host, ep.port)
+                    await self._transport.send(self._protocol.connect())
+                    leftover = await self._await_connected()
+            except TimeoutError as exc:
+                raise ConnectTimeout(
+                    f"no CONNECTED from {ep.host}:{ep.port} within {self._connect_timeout:g} s"
+                ) from exc
+            except ConnectionLostError as exc:
+                raise ConnectError(f"{ep.host}:{ep.port} closed the connection before CONNECTED: {exc}") from exc
+            now = anyio.current_time()
+            self._last_sent = self._last_received = now
+            self._state = "open"
+            tg.start_soon(self._reader, leftover, name="stompfast-reader")
+            tg.start_soon(self._writer, name="stompfast-writer")
+            send_ms, receive_ms = self._protocol.heart_beat
+            if send_ms:
+                tg.start_soon(self._heartbeat_sender, send_ms / 1000.0, name="stompfast-heartbeat")
+            if receive_ms:
+                tg.start_soon(self._liveness, receive_ms / 1000.0, name="stompfast-liveness")
+        except BaseException:
+            self._state = "closed"
+            # The task group must be left outside any scope entered after it.
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+            if self._transport is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._transport.aclose()
+            raise
+
+    async def _await_connected(self) -> List[Any]:
+        assert self._transport is not None
+        while True:
+            data = await self._transport.receive(READ_SIZE)
+            if not data:
+                raise ConnectError(
+                    f"{self.endpoint.host}:{self.endpoint.port} closed the connection before CONNECTED"
+                    " (is this a STOMP port?)"
+                )
+            events = self._protocol.receive_data(data)
+            for i, event in enumerate(events):
+                if isinstance(event, Connected):
+                    return events[i + 1 :]
+                if isinstance(event, ErrorReceived):
+                    raise event.error
+
+    async def aclose(self) -> None:
+        """Send DISCONNECT, wait for its receipt (bounded, shielded), close the socket.
+
+        Safe to call more than once and after a failure.
+        """
+        if self._state in ("closing", "closed", "new"):
+            self._state = "closed" if self._state == "new" else self._state
+            return
+        self._state = "closing"
+        tg = self._tg
+        try:
+            with anyio.CancelScope(shield=True):
+                if self._error is None and self._protocol.state is SessionState.CONNECTED:
+                    with anyio.move_on_after(self._disconnect_timeout):
+                        try:
+                            data, receipt_id = self._protocol.disconnect(receipt=True)
+                            receipt = self._register(receipt_id)
+                            self._queue(data)
+                            await receipt.wait()
+                        except StompError:
+                            pass  # the connection went down while we were leaving
+        finally:
+            # The task group must be left outside any scope entered after it.
+            if tg is not None:
+                tg.cancel_scope.cancel()
+                await tg.__aexit__(None, None, None)
+            with anyio.CancelScope(shield=True):
+                if self._transport is not None:
+                    await self._transport.aclose()
+            closed = ClientClosedError("the client is closed")
+            for receipt in self._receipts.values():
+                receipt._fail(self._error or closed)
+            self._receipts.clear()
+            for sub in list(self._subs.values()):
+                sub._close(self._error)
+            self._subs.clear()
+            if self._error is None:
+                self._error = closed
+            if self._drained is not None:
+                self._drained.set()
+            self._state = "closed"
+
+    # -- failure ------------------------------------------------------------------------
+
+    def _fail(self, error: BaseException) -> None:
+        """Record the error that ended the connection; fail every waiter; stop the tasks."""
+        if self._error is not None:
+            return
+        self._error = error
+        for receipt in self._receipts.values():
+            receipt._fail(error)
+        self._receipts.clear()
+        for sub in self._subs.values():
+            sub._close(error)
+        if self._drained is not None:
+            self._drained.set()
+            self._drained = None
+        self._wakeup.set()
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
+
+    def _check_open(self) -> None:
+        if self._error is not None:
+            raise _copy(self._error)
+        if self._state != "open":
+            raise ClientClosedError(
+                "the client is not connected (use `async with AsyncClient(...) as client:`)"
+                if self._state in ("new", "connecting")
+                else "the client is closed"
+            )
+
+    # -- writing ------------------------------------------------------------------------
+
+    def _queue(self, data: bytes) -> None:
+        """Queue encoded bytes for the writer (no wait: the caller checked the bound)."""
+        out = self._out
+        out.append(data)
+        self._out_bytes += len(data)
+        if len(out) == 1:
+            self._wakeup.set()
+
+    async def _write(self, data: bytes) -> None:
+        if self._out_bytes >= self._send_buffer_bytes:
+            while self._out_bytes >= self._send_buffer_bytes and self._error is None:
+                if self._drained is None:
+                    self._drained = anyio.Event()
+                await self._drained.wait()
+            self._check_open()
+        self._queue(data)
+
+    async def _writer(self) -> None:
+        transport = self._transport
+        assert transport is not None
+        out = self._out
+        try:
+            while True:
+                if not out:
+                    if self._wakeup.is_set():
+                        self._wakeup = anyio.Event()
+                    await self._wakeup.wait()
+                    if not out:
+                        continue
+                data = out[0] if len(out) == 1 else b"".join(out)
+                out.clear()
+                self._out_bytes = 0
+                if self._drained is not None:
+                    self._drained.set()
+                    self._drained = None
+                await transport.send(data)
+                self._last_sent = anyio.current_time()
+        except ConnectionLostError as exc:
+            self._fail(exc)
+
+    async def _heartbeat_sender(self, interval: float) -> None:
+        # STOMP: "the sender MUST send new data over the network connection at
+        # least every <n> milliseconds"; beats go out after half an interval of
+        # silence, checked every quarter interval, so a strict broker (ActiveMQ
+        # drops a client ~1.4 intervals late) never sees one late.
+        half, quarter = interval / 2, interval / 4
+        while True:
+            await anyio.sleep(quarter)
+            if not self._out and anyio.current_time() - self._last_sent >= half:
+                self._queue(b"\n")
+
+    async def _liveness(self, interval: float) -> None:
+        limit = interval * self._heartbeat_tolerance
+        grace = min(0.05, interval / 10)
+        while True:
+            now = anyio.current_time()
+            deadline = self._last_received + limit
+            if now < deadline:
+                await anyio.sleep(deadline - now)
+                continue
+            if self._paused_on is not None:  # we are not reading: silence proves nothing
+                self._last_received = now
+                continue
+            # The event loop may have been busy elsewhere: let a ready reader run first.
+            await anyio.sleep(grace)
+            if anyio.current_time() - self._last_received > limit and self._paused_on is None:
+                self._fail(
+                    HeartbeatTimeout(
+                        f"nothing received from {self.endpoint.host}:{self.endpoint.port} for"
+                        f" {anyio.current_time() - self._last_received:.2f} s (heart-beat interval"
+                        f" {interval:g} s, tolerance x{self._heartbeat_tolerance:g})"
+                    )
+                )
+                return
+
+    # -- reading ------------------------------------------------------------------------
+
+    async def _reader(self, leftover: List[Any]) -> None:
+        transport = self._transport
+        assert transport is not None
+        protocol = self._protocol
+        try:
+            if leftover:
+                await self._dispatch(leftover)
+            while True:
+                data = await transport.receive(READ_SIZE)
+                if not data:
+                    if protocol.state is SessionState.CLOSED or self._state == "closing":
+                        return
+                    cut = " in the middle of a frame" if protocol.buffered else ""
+                    raise ConnectionLostError(
+                        f"{self.endpoint.host}:{self.endpoint.port} closed the connection{cut}"
+                    )
+                self._last_received = anyio.current_time()
+                try:
+                    events = protocol.receive_data(data)
+                except RemoteProtocolError as exc:
+                    early = getattr(exc, "events", None)
+                    if early:
+                        await self._dispatch(early)
+                    raise
+                if events:
+                    await self._dispatch(events)
+        except (ConnectionLostError, RemoteProtocolError) as exc:
+            self._fail(exc)
+        finally:
+            protocol.connection_lost()
+            if self._error is not None:  # a dead connection: free the socket now
+                with anyio.CancelScope(shield=True):
+                    await transport.aclose()
+
+    async def _dispatch(self, events: List[Any]) -> None:
+        subs = self._subs
+        touched: List[AsyncSubscription] = []
+        last_id: Optional[str] = None
+        last: Optional[AsyncSubscription] = None
+        for event in events:
+            if type(event) is Message:
+                if event.subscription != last_id:
+                    last_id = event.subscription
+                    last = subs.get(last_id)
+                    if last is not None and last not in touched:
+                        touched.append(last)
+                if last is not None:
+                    last._deliver(event)
+                # else: a message for a subscription we left; the broker redelivers
+                # it in client modes, and in auto mode it was unwanted anyway
+            elif type(event) is ReceiptReceived:
+                receipt = self._receipts.pop(event.receipt_id, None)
+                if receipt is not None:
+                    receipt._set()
+            elif type(event) is ErrorReceived:
+                for sub in touched:
+                    sub._ready.set()
+                self._fail(event.error)
+                return
+        for sub in touched:
+            sub._ready.set()
+        for sub in touched:
+            if len(sub._buffer) >= sub.buffer_size and not sub._closed:
+                await self._wait_for_space(sub)
+
+    async def _wait_for_space(self, sub: AsyncSubscription) -> None:
+        self._paused_on = sub
+        try:
+            while len(sub._buffer) >= sub.buffer_size and not sub._closed and self._error is None:
+                space = sub._space = anyio.Event()
+                with anyio.move_on_after(self._stall_timeout):
+                    await space.wait()
+                    continue
+                # Stopped for stall_timeout: receipts cannot arrive until this buffer drains.
+                self._stalled = True
+                self._fail_receipts_for_stall(sub)
+                await space.wait()
+        finally:
+            self._paused_on = None
+            self._stalled = False
+            self._last_received = anyio.current_time()
+
+    def _stall_error(self, sub: AsyncSubscription) -> FlowControlError:
+        return FlowControlError(
+            f"the reader has been stopped for {self._stall_timeout:g} s by subscription {sub.id!r} to"
+            f" {sub.destination!r}, whose buffer of {sub.buffer_size} messages is full and unread: no"
+            " receipt can arrive until it is drained (consume it, raise buffer_size, or use client"
+            " acks, which limit the broker's prefetch to the buffer)",
+            subscription=sub.id,
+            destination=sub.destination,
+        )
+
+    def _fail_receipts_for_stall(self, sub: AsyncSubscription) -> None:
+        error = self._stall_error(sub)
+        for receipt in self._receipts.values():
+            receipt._fail(error)
+        self._receipts.clear()
+
+    def _register(self, receipt_id: Optional[str]) -> Receipt:
+        assert receipt_id is not None
+        receipt = Receipt(receipt_id)
+        if self._stalled and self._paused_on is not None:
+            receipt._fail(self._stall_error(self._paused_on))
+        else:
+            self._receipts[receipt_id] = receipt
+        return receipt
+
+    # -- the API ------------------------------------------------------------------------
+
+    async def send(
+        self,
+        destination: str,
+        body: Union[bytes, bytearray, memoryview, str] = b"",
+        *,
+        headers: Optional[Mapping[str, Any]] = None,
+        content_type: Optional[str] = None,
+        receipt: bool = False,
+        wait: bool = True,
+    ) -> Optional[Receipt]:
+        """Send a message to ``destination``.
+
+        ``body`` is sent as it is if it is bytes-like; a ``str`` is encoded as UTF-8
+        and, unless ``content_type`` says otherwise, labelled
+        ``text/plain;charset=utf-8``. Without ``receipt`` the frame is queued and
+        the call returns (it is written when the task next yields). With
+        ``receipt=True`` the call returns once the broker confirmed the frame, or,
+        with ``wait=False``, at once with the pending :class:`Receipt` (pipelining).
+
+        Raises:
+            ServerError: the broker refused it (with ``receipt``).
+            ConnectionLostError: the connection ended before the receipt came.
+            LocalProtocolError: the frame cannot be expressed (nothing was sent).
+        """
+        if self._error is not None or self._state != "open":
+            self._check_open()
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+            if content_type is None:
+                content_type = TEXT_CONTENT_TYPE
+        elif not isinstance(body, bytes):
+            if not isinstance(body, (bytearray, memoryview)):
+                raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+            body = bytes(body)
+        data, receipt_id = self._protocol.send(destination, body, headers, content_type=content_type, receipt=receipt)
+        if receipt_id is None:
+            if self._out_bytes < self._send_buffer_bytes:
+                self._queue(data)
+            else:
+                await self._write(data)
+            return None
+        pending = self._register(receipt_id)
+        await self._write(data)
+        if wait:
+            await pending.wait()
+        return pending
+
+    async def wait_receipts(self, receipts: Iterable[Optional[Receipt]]) -> None:
+        """Wait for every receipt of ``receipts`` (None entries are skipped); raise the first failure."""
+        for receipt in receipts:
+            if receipt is not None:
+                await receipt.wait()
+
+    async def flush(self) -> None:
+        """Return once the broker confirmed everything sent before this call.
+
+        Waits for every receipt outstanding now (RabbitMQ may confirm a later
+        frame before earlier SENDs, so all of them are awaited, not only the last)
+        and for a probe frame (BEGIN + ABORT with a receipt) that follows every
+        frame sent so far, receipt or not.
+        """
+        self._check_open()
+        pending = list(self._receipts.values())
+        data, receipt_id = self._protocol.probe()
+        probe = self._register(receipt_id)
+        await self._write(data)
+        pending.append(probe)
+        await self.wait_receipts(pending)
+
+    def subscribe(
+        self,
+        destination: str,
+        *,
+        ack: str = "auto",
+        headers: Optional[Mapping[str, Any]] = None,
+        buffer_size: int = DEFAULT_BUFFER_SIZE,
+        receipt: bool = True,
+        id: Optional[str] = None,
+    ) -> AsyncSubscription:
+        """A subscription to ``destination``, used as ``async with client.subscribe(...) as sub:``.
+
+        Args:
+            ack: ``"auto"``, ``"client"`` (cumulative acks) or ``"client-individual"``.
+            headers: extra SUBSCRIBE headers, passed through (``selector``,
+                ``prefetch-count``, ``activemq.prefetchSize``, ``durable``, ...).
+            buffer_size: messages buffered before the reader stops reading; in the
+                client modes also the broker prefetch asked for, unless ``headers``
+                set one.
+            receipt: wait for the broker to confirm the subscription on entry
+                (errors such as a refused destination surface there).
+            id: the subscription id (default: a counter).
+        """
+        return AsyncSubscription(self, destination, ack, dict(headers) if headers else None, buffer_size, receipt, id)
+
+    async def _subscribe(self, sub: AsyncSubscription) -> None:
+        self._check_open()
+        data, sub_id, receipt_id = self._protocol.subscribe(
+            sub.destination, ack=sub.ack_mode, headers=sub.headers, id=sub.id, receipt=sub._receipt
+        )
+        sub.id = sub_id
+        self._subs[sub_id] = sub
+        pending = self._register(receipt_id) if receipt_id is not None else None
+        await self._write(data)
+        if pending is not None:
+            await pending.wait()
+
+    async def _unsubscribe(self, sub: AsyncSubscription) -> None:
+        if sub.id is None or self._subs.get(sub.id) is not sub:
+            return
+        del self._subs[sub.id]
+        if self._error is None and self._state == "open" and self._protocol.state is SessionState.CONNECTED:
+            data, _ = self._protocol.unsubscribe(sub.id)
+            await self._write(data)
+
+    async def _ack(self, command: str, message: Message, transaction: Optional[str], receipt: bool) -> None:
+        self._check_open()
+        if command == "ACK":
+            data, receipt_id = self._protocol.ack(message, transaction=transaction, receipt=receipt)
+        else:
+            data, receipt_id = self._protocol.nack(message, transaction=transaction, receipt=receipt)
+        if receipt_id is None:
+            await self._write(data)
+            return
+        pending = self._register(receipt_id)
+        await self._write(data)
+        await pending.wait()
+
+    async def ack(self, message: Message, *, receipt: bool = False) -> None:
+        """Acknowledge ``message`` (same as ``await message.ack()``)."""
+        await message.ack(receipt=receipt)
+
+    async def nack(self, message: Message, *, receipt: bool = False) -> None:
+        """Refuse ``message`` (same as ``await message.nack()``; STOMP 1.1+)."""
+        await message.nack(receipt=receipt)
+
+    def transaction(self, *, receipt: bool = True) -> "AsyncTransaction":
+        """A transaction: ``async with client.transaction() as tx:``.
+
+        BEGIN on entry; COMMIT on normal exit (confirmed by a receipt unless
+        ``receipt=False``); ABORT on an exception or cancellation.
+        """
+        return AsyncTransaction(self, receipt)
+
+
+class AsyncTransaction:
+    """An open transaction; its ``send``, ``ack`` and ``nack`` carry its id."""
+
+    def __init__(self, client: AsyncClient, receipt: bool) -> None:
+        self._client = client
+        self._receipt = receipt
+        self.id: Optional[str] = None
+        self._done = False
+
+    async def __aenter__(self) -> "AsyncTransaction":
+        client = self._client
+        client._check_open()
+        data, self.id, _ = client._protocol.begin()
+        await client._write(data)
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            await self.commit()
+        else:
+            with anyio.CancelScope(shield=True):
+                await self.abort()
+
+    def _check(self) -> str:
+        if self._done or self.id is None:
+            raise TransactionError(f"transaction {self.id!r} is not open")
+        return self.id
+
+    async def send(self, destination: str, body: Union[bytes, str] = b"", **kwargs: Any) -> None:
+        """Send within the transaction: the broker delivers it on COMMIT."""
+        tx = self._check()
+        client = self._client
+        client._check_open()
+        content_type = kwargs.pop("content_type", None)
+        headers = kwargs.pop("headers", None)
+        if kwargs:
+            raise TypeError(f"unexpected arguments: {', '.join(kwargs)}")
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+            content_type = content_type or TEXT_CONTENT_TYPE
+        data, _ = client._protocol.send(destination, bytes(body), headers, content_type=content_type, transaction=tx)
+        await client._write(data)
+
+    async def ack(self, message: Message) -> None:
+        """Acknowledge ``message`` within the transaction (takes effect on COMMIT)."""
+        await message.ack(transaction=self._check())
+
+    async def nack(self, message: Message) -> None:
+        """Refuse ``message`` within the transaction (takes effect on COMMIT)."""
+        await message.nack(transaction=self._check())
+
+    async def commit(self) -> None:
+        tx = self._check()
+        self._done = True
+        client = self._client
+        client._check_open()
+        data, receipt_id = client._protocol.commit(tx, receipt=self._receipt)
+        pending = client._register(receipt_id) if receipt_id is not None else None
+        await client._write(data)
+        if pending is not None:
+            await pending.wait()
+
+    async def abort(self) -> None:
+        """ABORT: the broker drops the transaction's sends and acks."""
+        if self._done or self.id is None:
+            return
+        self._done = True
+        client = self._client
+        if client._error is not None or client._state != "open":
+            return  # the session is gone: the broker aborted it already
+        data, _ = client._protocol.abort(self.id)
+        await client._write(data)

@@ -1,0 +1,100 @@
+"""Connection settings: broker URLs and keyword options, checked before any I/O.
+
+Kept apart from the client so that the sync facade, the CLI, the load generator
+and the Spark integration parse URLs the same way without importing the client.
+
+URL form: ``stomp://[login[:passcode]@]host[:port][/virtual_host]``. Percent
+escapes are decoded in every part. With no path (or ``/``) the CONNECT ``host``
+header is ``/``: RabbitMQ reads it as its default virtual host, and ActiveMQ and
+Artemis ignore it, so a plain ``stomp://127.0.0.1:61613`` works on all three
+(``host:127.0.0.1`` would be refused by RabbitMQ).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
+from urllib.parse import unquote, urlsplit
+
+from .errors import ConfigurationError
+
+__all__ = ["DEFAULT_PORT", "Endpoint", "parse_url"]
+
+DEFAULT_PORT = 61613
+_SCHEMES = {"stomp": "tcp", "tcp": "tcp"}
+
+
+class Endpoint:
+    """Where and as whom to connect: the parsed form of one broker URL."""
+
+    __slots__ = ("scheme", "host", "port", "login", "passcode", "virtual_host")
+
+    def __init__(
+        self,
+        host: str,
+        port: int = DEFAULT_PORT,
+        *,
+        scheme: str = "tcp",
+        login: Optional[str] = None,
+        passcode: Optional[str] = None,
+        virtual_host: Optional[str] = "/",
+    ) -> None:
+        self.scheme = scheme
+        self.host = host
+        self.port = port
+        self.login = login
+        self.passcode = passcode
+        self.virtual_host = virtual_host
+
+    def __repr__(self) -> str:
+        # never echo credentials
+        user = f"{self.login}:***@" if self.login else ""
+        return f"Endpoint('stomp://{user}{self.host}:{self.port}', virtual_host={self.virtual_host!r})"
+
+
+def parse_url(url: str) -> Endpoint:
+    """Parse ``stomp://login:passcode@host:port/vhost`` into an :class:`Endpoint`.
+
+    Raises:
+        ConfigurationError: not a STOMP URL, no host, or a bad port.
+    """
+    if not isinstance(url, str):
+        raise ConfigurationError(f"broker URL must be a str, not {type(url).__name__}")
+    parts = urlsplit(url)
+    scheme = _SCHEMES.get(parts.scheme.lower())
+    if scheme is None:
+        raise ConfigurationError(
+            f"unsupported URL scheme {parts.scheme!r} in {_redact(url)!r}: expected stomp://host:port"
+        )
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigurationError(f"invalid port in broker URL {_redact(url)!r}") from None
+    if not parts.hostname:
+        raise ConfigurationError(f"broker URL {_redact(url)!r} names no host")
+    path = unquote(parts.path)
+    virtual_host = "/" if path in ("", "/") else path[1:]
+    return Endpoint(
+        parts.hostname,
+        DEFAULT_PORT if port is None else port,
+        scheme=scheme,
+        login=unquote(parts.username) if parts.username is not None else None,
+        passcode=unquote(parts.password) if parts.password is not None else None,
+        virtual_host=virtual_host,
+    )
+
+
+def _redact(url: str) -> str:
+    """The URL with any passcode replaced by ``***`` (for error messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+def check_positive(name: str, value: Any, *, allow_none: bool = False) -> Any:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigurationError(f"{name} must be a positive number, not {value!r}")
+    return value

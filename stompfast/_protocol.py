@@ -1,0 +1,694 @@
+"""Sans-I/O STOMP client session: frames in, events out; calls in, bytes out.
+
+Theory of operation
+-------------------
+:class:`StompProtocol` owns no socket, task, clock or lock. The client feeds it
+the bytes it reads (:meth:`~StompProtocol.receive_data`, which returns events)
+and asks it for the bytes of every frame it wants to send (:meth:`connect`,
+:meth:`send`, :meth:`subscribe`, ...). Each outbound call checks the session
+state and the rules of the negotiated version *before* anything is encoded, so
+a refused call (``LocalProtocolError``) leaves nothing half-sent.
+
+The session moves through the states of :data:`TRANSITIONS`, a table kept in
+this one file (the h11 way): a frame or call not listed for the current state
+is refused. Receipt, subscription and transaction ids come from counters (a
+counter is cheaper than a uuid and unique within a connection, which is all
+STOMP asks). Heart-beat arithmetic is here too; the time itself is passed in by
+the caller (seconds, any monotonic clock).
+
+Nothing here imports anyio, asyncio, socket or time: a test enforces it.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from ._scanner import FrameScanner, encode_frame
+from .errors import (
+    AuthenticationError,
+    ConfigurationError,
+    LocalProtocolError,
+    RemoteProtocolError,
+    ServerError,
+    StaleMessageError,
+)
+from .frames import Frame
+
+__all__ = [
+    "ACK_MODES",
+    "SUPPORTED_VERSIONS",
+    "TRANSITIONS",
+    "Connected",
+    "ErrorReceived",
+    "Message",
+    "ReceiptReceived",
+    "SessionState",
+    "StompProtocol",
+    "negotiate_heart_beat",
+]
+
+SUPPORTED_VERSIONS: Tuple[str, ...] = ("1.0", "1.1", "1.2")
+ACK_MODES = ("auto", "client", "client-individual")
+
+
+class SessionState(enum.Enum):
+    IDLE = "idle"  # nothing sent yet
+    CONNECTING = "connecting"  # CONNECT (or STOMP) sent, waiting for CONNECTED
+    CONNECTED = "connected"  # the session is up
+    DISCONNECTING = "disconnecting"  # DISCONNECT sent, waiting for its RECEIPT
+    CLOSED = "closed"  # DISCONNECT confirmed, or the connection ended
+    FAILED = "failed"  # ERROR received or a protocol fault: the connection is unusable
+
+
+S = SessionState
+#: (state, what happens) -> next state. "what happens" is an outbound command
+#: (``"SEND"``), an inbound one (``"<MESSAGE"``), or ``"lost"`` (the transport ended).
+TRANSITIONS: Dict[Tuple[SessionState, str], SessionState] = {
+    (S.IDLE, "CONNECT"): S.CONNECTING,
+    (S.CONNECTING, "<CONNECTED"): S.CONNECTED,
+    (S.CONNECTING, "<ERROR"): S.FAILED,
+    **{
+        (S.CONNECTED, c): S.CONNECTED
+        for c in ("SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT")
+    },
+    (S.CONNECTED, "<MESSAGE"): S.CONNECTED,
+    (S.CONNECTED, "<RECEIPT"): S.CONNECTED,
+    (S.CONNECTED, "<ERROR"): S.FAILED,
+    (S.CONNECTED, "DISCONNECT"): S.DISCONNECTING,
+    # After DISCONNECT the broker may still deliver what it had in flight, and
+    # receipts for earlier frames; the DISCONNECT receipt closes the session.
+    (S.DISCONNECTING, "<MESSAGE"): S.DISCONNECTING,
+    (S.DISCONNECTING, "<RECEIPT"): S.DISCONNECTING,
+    (S.DISCONNECTING, "<ERROR"): S.FAILED,
+    **{(state, "lost"): S.CLOSED for state in (S.IDLE, S.CONNECTING, S.CONNECTED, S.DISCONNECTING)},
+    (S.CLOSED, "lost"): S.CLOSED,
+    (S.FAILED, "lost"): S.FAILED,
+}
+del S
+
+
+# -- events -------------------------------------------------------------------------
+
+
+class Connected:
+    """The broker accepted the session (a CONNECTED frame)."""
+
+    __slots__ = ("version", "server", "session", "heart_beat", "headers")
+
+    def __init__(
+        self, version: str, server: Optional[str], session: Optional[str], heart_beat: Tuple[int, int], headers: Mapping[str, str]
+    ) -> None:
+        self.version = version
+        self.server = server
+        self.session = session
+        #: negotiated ``(send_ms, receive_ms)``: how often we must send, how often the broker will
+        self.heart_beat = heart_beat
+        self.headers = headers
+
+    def __repr__(self) -> str:
+        return f"Connected(version={self.version!r}, server={self.server!r}, heart_beat={self.heart_beat})"
+
+
+class ReceiptReceived:
+    """The broker confirmed the frame that carried ``receipt_id``."""
+
+    __slots__ = ("receipt_id",)
+
+    def __init__(self, receipt_id: str) -> None:
+        self.receipt_id = receipt_id
+
+    def __repr__(self) -> str:
+        return f"ReceiptReceived({self.receipt_id!r})"
+
+
+class ErrorReceived:
+    """The broker sent an ERROR frame; ``error`` is the exception to raise for it.
+
+    STOMP: "the server MUST then close the connection just after sending the
+    ERROR frame", so the session is failed after this event.
+    """
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: ServerError) -> None:
+        self.error = error
+
+    @property
+    def receipt_id(self) -> Optional[str]:
+        return self.error.receipt_id
+
+    def __repr__(self) -> str:
+        return f"ErrorReceived({self.error!r})"
+
+
+class Message:
+    """A MESSAGE delivered to a subscription.
+
+    ``body`` is the bytes as received (never decoded or altered); ``text``
+    decodes it as UTF-8. ``ack()`` and ``nack()`` are provided by the client the
+    message came through (they are awaitable on the async client).
+    """
+
+    __slots__ = ("frame", "subscription", "message_id", "ack_id", "_session", "_owner", "_seq", "__weakref__")
+
+    def __init__(self, frame: Frame, subscription: str, message_id: Optional[str], ack_id: Optional[str], session: Any) -> None:
+        self.frame = frame
+        #: the id of the subscription the message came through
+        self.subscription = subscription
+        self.message_id = message_id
+        #: what an ACK or NACK must name: the ``ack`` header on 1.2, the message-id before
+        self.ack_id = ack_id
+        self._session = session
+        self._owner: Any = None
+        self._seq = 0
+
+    @property
+    def body(self) -> bytes:
+        return self.frame[2]
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self.frame.headers
+
+    @property
+    def destination(self) -> Optional[str]:
+        return self.frame[1].get("destination")
+
+    @property
+    def content_type(self) -> Optional[str]:
+        return self.frame[1].get("content-type")
+
+    @property
+    def redelivered(self) -> bool:
+        """True when the broker says it delivered this message before (``redelivered:true``)."""
+        return self.frame[1].get("redelivered") == "true"
+
+    @property
+    def text(self) -> str:
+        return self.frame[2].decode("utf-8")
+
+    def ack(self, **kwargs: Any) -> Any:
+        """Acknowledge the message (``await msg.ack()`` on the async client)."""
+        if self._owner is None:
+            raise LocalProtocolError("this message is not attached to a subscription that can ack it")
+        return self._owner.ack_message(self, **kwargs)
+
+    def nack(self, **kwargs: Any) -> Any:
+        """Refuse the message (STOMP 1.1+; ``await msg.nack()`` on the async client)."""
+        if self._owner is None:
+            raise LocalProtocolError("this message is not attached to a subscription that can nack it")
+        return self._owner.nack_message(self, **kwargs)
+
+    def __repr__(self) -> str:
+        body = self.frame[2]
+        shown = body if len(body) <= 40 else body[:40] + b"..."
+        return f"<Message {self.message_id!r} on {self.destination!r} via {self.subscription!r}: {shown!r}>"
+
+
+Event = Union[Connected, Message, ReceiptReceived, ErrorReceived]
+
+
+# -- arithmetic -----------------------------------------------------------------------
+
+
+def negotiate_heart_beat(client: Tuple[int, int], server: Optional[str]) -> Tuple[int, int]:
+    """Negotiated ``(send_ms, receive_ms)`` from our ``heart-beat`` and the broker's header.
+
+    STOMP 1.1 "Heart-beating": client to server, 0 if ``cx`` or ``sy`` is 0, else
+    ``MAX(cx, sy)``; server to client, 0 if ``sx`` or ``cy`` is 0, else ``MAX(sx, cy)``.
+    A missing header is "0,0".
+    """
+    cx, cy = client
+    sx = sy = 0
+    if server:
+        try:
+            a, b = server.split(",")
+            sx, sy = int(a), int(b)
+        except ValueError:
+            raise RemoteProtocolError(f"CONNECTED has an invalid heart-beat header {server!r}") from None
+        if sx < 0 or sy < 0:
+            raise RemoteProtocolError(f"CONNECTED has an invalid heart-beat header {server!r}")
+    send = 0 if cx == 0 or sy == 0 else max(cx, sy)
+    receive = 0 if sx == 0 or cy == 0 else max(sx, cy)
+    return send, receive
+
+
+def _check_versions(versions: Iterable[str]) -> Tuple[str, ...]:
+    if isinstance(versions, str):
+        versions = [v.strip() for v in versions.split(",")]
+    result = tuple(versions)
+    if not result:
+        raise ConfigurationError("versions must name at least one STOMP version")
+    for v in result:
+        if v not in SUPPORTED_VERSIONS:
+            raise ConfigurationError(f"unsupported STOMP version {v!r}: choose from {', '.join(SUPPORTED_VERSIONS)}")
+    return result
+
+
+def _check_heart_beat(heart_beat: Sequence[int]) -> Tuple[int, int]:
+    try:
+        cx, cy = heart_beat
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"heart_beat must be a pair of milliseconds (cx, cy), not {heart_beat!r}") from None
+    for v in (cx, cy):
+        if type(v) is not int or v < 0:
+            raise ConfigurationError(f"heart_beat values must be non-negative int milliseconds, not {heart_beat!r}")
+    return cx, cy
+
+
+# -- the session ------------------------------------------------------------------------
+
+
+class StompProtocol:
+    """One STOMP client session over one connection, without I/O.
+
+    Args:
+        host: the CONNECT ``host`` header (the virtual host). ``"/"`` by default,
+            which RabbitMQ reads as its default vhost and ActiveMQ and Artemis
+            ignore; ``None`` leaves the header out (STOMP 1.1+ requires it).
+        login, passcode: credentials, sent as ``login``/``passcode``.
+        versions: the versions to offer, preferred last as the spec orders them.
+        heart_beat: ``(cx, cy)`` in ms: the smallest interval we can send at, the
+            interval we want to receive at (0: none).
+        connect_headers: more CONNECT headers (e.g. ``client-id``).
+        use_stomp_command: send ``STOMP`` instead of ``CONNECT`` (1.1+ only).
+        max_frame_bytes, max_headers, max_header_bytes: the scanner's limits.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: Optional[str] = "/",
+        login: Optional[str] = None,
+        passcode: Optional[str] = None,
+        versions: Iterable[str] = SUPPORTED_VERSIONS,
+        heart_beat: Sequence[int] = (0, 0),
+        connect_headers: Optional[Mapping[str, str]] = None,
+        use_stomp_command: bool = False,
+        max_frame_bytes: Optional[int] = None,
+        max_headers: Optional[int] = None,
+        max_header_bytes: Optional[int] = None,
+    ) -> None:
+        self.versions = _check_versions(versions)
+        self.requested_heart_beat = _check_heart_beat(heart_beat)
+        if use_stomp_command and self.versions == ("1.0",):
+            raise ConfigurationError("the STOMP command needs version 1.1 or later; 1.0 brokers only know CONNECT")
+        self.host = host
+        self.login = login
+        self.passcode = passcode
+        self.connect_headers = dict(connect_headers or {})
+        self.use_stomp_command = use_stomp_command
+        self.state = SessionState.IDLE
+        self.version: Optional[str] = None
+        self.server: Optional[str] = None
+        self.session: Optional[str] = None
+        self.heart_beat: Tuple[int, int] = (0, 0)
+        # Before negotiation, header values are read with 1.0 rules and CONNECTED
+        # is never unescaped anyway.
+        self._scanner = FrameScanner(
+            version="1.2",
+            max_frame_bytes=max_frame_bytes,
+            max_headers=max_headers,
+            max_header_bytes=max_header_bytes,
+        )
+        self._receipts = 0
+        self._subscriptions: Dict[str, str] = {}  # id -> ack mode
+        self._next_sub = 0
+        self._next_tx = 0
+        self._transactions: set = set()
+        self.disconnect_receipt: Optional[str] = None
+        self.error: Optional[BaseException] = None
+
+    # -- state -------------------------------------------------------------------
+
+    def _move(self, what: str) -> None:
+        try:
+            self.state = TRANSITIONS[(self.state, what)]
+        except KeyError:
+            if what.startswith("<"):
+                self.state = SessionState.FAILED
+                raise RemoteProtocolError(
+                    f"the broker sent {what[1:]} while the session is {self.state.value}"
+                ) from None
+            raise LocalProtocolError(f"cannot send {what} while the session is {self.state.value}") from None
+
+    def _check(self, what: str) -> None:
+        if (self.state, what) not in TRANSITIONS:
+            raise LocalProtocolError(f"cannot send {what} while the session is {self.state.value}")
+
+    def _encode(self, command: str, headers: Any, body: bytes = b"") -> bytes:
+        return encode_frame(command, headers, body, self.version or "1.0")
+
+    def _receipt_id(self) -> str:
+        self._receipts += 1
+        return f"r{self._receipts}"
+
+    # -- outbound ----------------------------------------------------------------
+
+    def connect(self) -> bytes:
+        """The CONNECT (or STOMP) frame that opens the session."""
+        self._check("CONNECT")
+        headers: Dict[str, str] = {}
+        if self.versions != ("1.0",):
+            headers["accept-version"] = ",".join(self.versions)
+        if self.host is not None:
+            headers["host"] = self.host
+        if self.login is not None:
+            headers["login"] = self.login
+        if self.passcode is not None:
+            headers["passcode"] = self.passcode
+        # Brokers enforce a heart-beat header even when the session settles on 1.0,
+        # so it is sent whenever beats are wanted.
+        if self.requested_heart_beat != (0, 0):
+            headers["heart-beat"] = "%d,%d" % self.requested_heart_beat
+        for name, value in self.connect_headers.items():
+            headers.setdefault(name, value)
+        command = "STOMP" if self.use_stomp_command else "CONNECT"
+        data = encode_frame(command, headers, b"", "1.2")  # CONNECT is never escaped on any version
+        self._move("CONNECT")
+        return data
+
+    def send(
+        self,
+        destination: str,
+        body: bytes = b"",
+        headers: Optional[Mapping[str, Any]] = None,
+        *,
+        content_type: Optional[str] = None,
+        receipt: bool = False,
+        transaction: Optional[str] = None,
+    ) -> Tuple[bytes, Optional[str]]:
+        """A SEND frame; returns ``(bytes, receipt_id or None)``."""
+        self._check("SEND")
+        h: Dict[str, Any] = {"destination": destination}
+        if content_type is not None:
+            h["content-type"] = content_type
+        if transaction is not None:
+            self._check_transaction(transaction)
+            h["transaction"] = transaction
+        receipt_id = None
+        if receipt:
+            receipt_id = self._receipt_id()
+            h["receipt"] = receipt_id
+        if headers:
+            for name, value in headers.items():
+                if name not in h:
+                    h[name] = value
+        return self._encode("SEND", h, body), receipt_id
+
+    def subscribe(
+        self,
+        destination: str,
+        *,
+        ack: str = "auto",
+        headers: Optional[Mapping[str, Any]] = None,
+        id: Optional[str] = None,
+        receipt: bool = False,
+    ) -> Tuple[bytes, str, Optional[str]]:
+        """A SUBSCRIBE frame; returns ``(bytes, subscription_id, receipt_id or None)``."""
+        self._check("SUBSCRIBE")
+        if ack not in ACK_MODES:
+            raise ConfigurationError(f"ack must be one of {', '.join(ACK_MODES)}, not {ack!r}")
+        if ack == "client-individual" and self.version == "1.0":
+            raise LocalProtocolError("ack mode client-individual needs STOMP 1.1 or later; this session is 1.0")
+        if id is None:
+            self._next_sub += 1
+            id = str(self._next_sub)
+        elif id in self._subscriptions:
+            raise LocalProtocolError(f"subscription id {id!r} is already in use on this connection")
+        h: Dict[str, Any] = {"destination": destination, "id": id, "ack": ack}
+        receipt_id = None
+        if receipt:
+            receipt_id = self._receipt_id()
+            h["receipt"] = receipt_id
+        if headers:
+            for name, value in headers.items():
+                if name not in h:
+                    h[name] = value
+        data = self._encode("SUBSCRIBE", h)
+        self._subscriptions[id] = ack
+        return data, id, receipt_id
+
+    def unsubscribe(self, subscription: str, *, receipt: bool = False) -> Tuple[bytes, Optional[str]]:
+        """An UNSUBSCRIBE frame; returns ``(bytes, receipt_id or None)``."""
+        self._check("UNSUBSCRIBE")
+        if subscription not in self._subscriptions:
+            raise LocalProtocolError(f"no subscription {subscription!r} on this connection")
+        h: Dict[str, str] = {"id": subscription}
+        if self.version == "1.0":
+            # STOMP 1.0 names the subscription by destination or id; id works on both brokers.
+            h = {"id": subscription}
+        receipt_id = None
+        if receipt:
+            receipt_id = self._receipt_id()
+            h["receipt"] = receipt_id
+        data = self._encode("UNSUBSCRIBE", h)
+        del self._subscriptions[subscription]
+        return data, receipt_id
+
+    def ack_mode(self, subscription: str) -> Optional[str]:
+        return self._subscriptions.get(subscription)
+
+    def _ack_headers(self, command: str, message: Message, transaction: Optional[str]) -> Dict[str, str]:
+        if message._session is not self:
+            raise StaleMessageError(
+                f"message {message.message_id!r} was delivered on an earlier session; the broker redelivers"
+                " unacknowledged messages of a lost session, so this " + command + " was not sent"
+            )
+        mode = self._subscriptions.get(message.subscription)
+        if mode is None:
+            raise LocalProtocolError(
+                f"cannot {command} message {message.message_id!r}: its subscription {message.subscription!r} is gone"
+            )
+        if mode == "auto":
+            raise LocalProtocolError(
+                f"cannot {command} message {message.message_id!r}: subscription {message.subscription!r} uses"
+                " ack mode auto, where the broker needs no acknowledgement"
+            )
+        if self.version == "1.2":
+            if message.ack_id is None:
+                raise RemoteProtocolError(f"the broker sent message {message.message_id!r} without an ack header")
+            h = {"id": message.ack_id}
+        else:
+            if message.message_id is None:
+                raise RemoteProtocolError("the broker sent a MESSAGE without a message-id header")
+            h = {"message-id": message.message_id}
+            if self.version == "1.1":
+                h["subscription"] = message.subscription
+        if transaction is not None:
+            self._check_transaction(transaction)
+            h["transaction"] = transaction
+        return h
+
+    def ack(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False) -> Tuple[bytes, Optional[str]]:
+        """An ACK frame for ``message`` (header names per version); returns ``(bytes, receipt_id)``.
+
+        STOMP 1.2: "The ACK frame MUST include an id header matching the ack header
+        of the MESSAGE being acknowledged"; 1.1: message-id and subscription; 1.0:
+        message-id.
+        """
+        self._check("ACK")
+        h = self._ack_headers("ACK", message, transaction)
+        receipt_id = None
+        if receipt:
+            receipt_id = self._receipt_id()
+            h["receipt"] = receipt_id
+        return self._encode("ACK", h), receipt_id
+
+    def nack(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False) -> Tuple[bytes, Optional[str]]:
+        """A NACK frame for ``message`` (STOMP 1.1+); returns ``(bytes, receipt_id)``."""
+        self._check("NACK")
+        if self.version == "1.0":
+            raise LocalProtocolError("NACK does not exist in STOMP 1.0; this session is 1.0")
+        h = self._ack_headers("NACK", message, transaction)
+        receipt_id = None
+        if receipt:
+            receipt_id = self._receipt_id()
+            h["receipt"] = receipt_id
+        return self._encode("NACK", h), receipt_id
+
+    def _check_transaction(self, transaction: str) -> None:
+        if transaction not in self._transactions:
+            raise LocalProtocolError(f"no open transaction {transaction!r} on this connection")
+
+    def begin(self, transaction: Optional[str] = None, *, receipt: bool = False) -> Tuple[bytes, str, Optional[str]]:
+        """A BEGIN frame; returns ``(bytes, transaction_id, receipt_id)``."""
+        self._check("BEGIN")
+        if transaction is None:
+            self._next_tx += 1
+            transaction = f"tx{self._next_tx}"
+        elif transaction in self._transactions:
+            raise LocalProtocolError(f"transaction {transaction!r} is already open")
+        h = {"transaction": transaction}
+        receipt_id = None
+        if receipt:
+            receipt_id = self._receipt_id()
+            h["receipt"] = receipt_id
+        data = self._encode("BEGIN", h)
+        self._transactions.add(transaction)
+        return data, transaction, receipt_id
+
+    def _end(self, command: str, transaction: str, receipt: bool) -> Tuple[bytes, Optional[str]]:
+        self._check(command)
+        self._check_transaction(transaction)
+        h = {"transaction": transaction}
+        receipt_id = None
+        if receipt:
+            receipt_id = self._receipt_id()
+            h["receipt"] = receipt_id
+        data = self._encode(command, h)
+        self._transactions.discard(transaction)
+        return data, receipt_id
+
+    def commit(self, transaction: str, *, receipt: bool = False) -> Tuple[bytes, Optional[str]]:
+        """A COMMIT frame; returns ``(bytes, receipt_id)``."""
+        return self._end("COMMIT", transaction, receipt)
+
+    def abort(self, transaction: str, *, receipt: bool = False) -> Tuple[bytes, Optional[str]]:
+        """An ABORT frame; returns ``(bytes, receipt_id)``."""
+        return self._end("ABORT", transaction, receipt)
+
+    def probe(self) -> Tuple[bytes, str]:
+        """A harmless frame whose RECEIPT proves the broker processed everything before it.
+
+        BEGIN and ABORT of a fresh transaction, the receipt on the ABORT: both
+        brokers accept it, unlike an UNSUBSCRIBE of an unknown id (an ERROR).
+        """
+        begin, tx, _ = self.begin()
+        abort, receipt_id = self.abort(tx, receipt=True)
+        return begin + abort, receipt_id  # type: ignore[return-value]
+
+    def disconnect(self, *, receipt: bool = True) -> Tuple[bytes, Optional[str]]:
+        """The DISCONNECT frame; with ``receipt`` the broker confirms it has seen everything."""
+        self._check("DISCONNECT")
+        h: Dict[str, str] = {}
+        receipt_id = None
+        if receipt:
+            receipt_id = self._receipt_id()
+            h["receipt"] = receipt_id
+            self.disconnect_receipt = receipt_id
+        data = self._encode("DISCONNECT", h)
+        self._move("DISCONNECT")
+        return data, receipt_id
+
+    # -- inbound -----------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> List[Event]:
+        """Scan received bytes; return the events they complete, in order.
+
+        Heart-beat EOLs produce no event (the caller notes that bytes arrived).
+
+        Raises:
+            RemoteProtocolError: the broker broke framing or the session rules;
+                the session is failed. ``frames`` on the exception are not lost:
+                their events were returned by earlier calls or are in ``events``
+                on the exception.
+        """
+        try:
+            frames = self._scanner.feed(data)
+        except RemoteProtocolError as exc:
+            events = self._events(exc.frames)
+            self.state = SessionState.FAILED
+            self.error = exc
+            exc.events = events  # type: ignore[attr-defined]
+            raise
+        if not frames:
+            return []
+        return self._events(frames)
+
+    def _events(self, frames: List[Frame]) -> List[Event]:
+        events: List[Event] = []
+        append = events.append
+        for frame in frames:
+            command = frame[0]
+            if command == "MESSAGE":
+                if self.state is not SessionState.CONNECTED and self.state is not SessionState.DISCONNECTING:
+                    self._move("<MESSAGE")
+                headers = frame[1]
+                subscription = headers.get("subscription")
+                if subscription is None:
+                    self.state = SessionState.FAILED
+                    raise RemoteProtocolError(f"the broker sent a MESSAGE without a subscription header: {frame!r}")
+                message_id = headers.get("message-id")
+                append(Message(frame, subscription, message_id, headers.get("ack", message_id) if self.version == "1.2" else message_id, self))
+            elif command == "RECEIPT":
+                self._move("<RECEIPT")
+                receipt_id = frame[1].get("receipt-id")
+                if receipt_id is None:
+                    self.state = SessionState.FAILED
+                    raise RemoteProtocolError("the broker sent a RECEIPT without a receipt-id header")
+                if receipt_id == self.disconnect_receipt:
+                    self.state = SessionState.CLOSED
+                append(ReceiptReceived(receipt_id))
+            elif command == "CONNECTED":
+                self._move("<CONNECTED")
+                append(self._connected(frame))
+            elif command == "ERROR":
+                connecting = self.state is SessionState.CONNECTING
+                self._move("<ERROR")
+                error = self._server_error(frame, connecting)
+                self.error = error
+                append(ErrorReceived(error))
+            else:
+                self.state = SessionState.FAILED
+                raise RemoteProtocolError(f"the broker sent a {command} frame, which only clients send")
+        return events
+
+    def _connected(self, frame: Frame) -> Connected:
+        headers = frame[1]
+        version = headers.get("version", "1.0")
+        if version not in self.versions:
+            self.state = SessionState.FAILED
+            raise RemoteProtocolError(
+                f"the broker chose STOMP {version}, which we did not offer ({', '.join(self.versions)})"
+            )
+        self.version = version
+        self._scanner.version = version
+        self.server = headers.get("server")
+        self.session = headers.get("session")
+        self.heart_beat = negotiate_heart_beat(self.requested_heart_beat, headers.get("heart-beat"))
+        return Connected(version, self.server, self.session, self.heart_beat, frame.headers)
+
+    @staticmethod
+    def _server_error(frame: Frame, connecting: bool) -> ServerError:
+        headers = frame[1]
+        message = headers.get("message") or "the broker sent ERROR without a message"
+        body = frame[2]
+        detail = body.decode("utf-8", "replace").strip() if body else ""
+        text = f"{message}: {detail}" if detail and detail not in message else message
+        cls = AuthenticationError if connecting else ServerError
+        return cls(text, headers=dict(headers), body=body, receipt_id=headers.get("receipt-id"))
+
+    def connection_lost(self) -> None:
+        """The transport ended (EOF or error): the session is over."""
+        self.state = TRANSITIONS.get((self.state, "lost"), self.state)
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an incomplete frame held by the scanner (a frame cut short if the link ends now)."""
+        return self._scanner.buffered
+
+    # -- heart-beats ---------------------------------------------------------------
+
+    def heartbeat(self) -> bytes:
+        """The bytes of one heart-beat (an EOL)."""
+        return b"\n"
+
+    def send_interval(self) -> float:
+        """Seconds between our heart-beats (0: none)."""
+        return self.heart_beat[0] / 1000.0
+
+    def receive_interval(self) -> float:
+        """Seconds between the broker's heart-beats (0: none expected)."""
+        return self.heart_beat[1] / 1000.0
+
+    def peer_silent_too_long(self, last_received: float, now: float, tolerance: float) -> bool:
+        """True when nothing arrived for longer than the receive interval times ``tolerance``.
+
+        STOMP: "If the receiver has not received a heart-beat or other data within
+        the expected interval, it MAY consider the connection dead." ActiveMQ spaces
+        its beats up to twice the agreed interval (AMQ-4710), hence a tolerance.
+        """
+        interval = self.heart_beat[1]
+        return interval > 0 and (now - last_received) * 1000.0 > interval * tolerance

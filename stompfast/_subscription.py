@@ -1,0 +1,230 @@
+"""AsyncSubscription: an async iterator of messages over a bounded local buffer.
+
+The client's reader task appends every message of one socket read to the
+buffer of its subscription in one step and wakes the consumer once. The
+consumer takes from the buffer without awaiting while it has messages, so a
+busy subscription costs no task switch per message.
+
+Backpressure: when a buffer holds ``buffer_size`` messages or more after a
+read, the reader stops reading the socket until the consumer takes some. The
+broker then sees TCP backpressure, which holds back *every* subscription of the
+connection (and RECEIPTs): that is the price of one socket. Two things keep it
+from turning into a silent hang:
+
+* ``client`` and ``client-individual`` subscriptions ask the broker for a
+  prefetch equal to ``buffer_size`` (RabbitMQ ``prefetch-count``, ActiveMQ
+  ``activemq.prefetchSize``) unless the caller set one, so the broker never has
+  more unacknowledged messages in flight than the buffer holds and the reader
+  never stops for them;
+* a receipt or ``flush()`` awaited while the reader has been stopped for
+  ``stall_timeout`` fails with :class:`~stompfast.FlowControlError` naming the
+  subscription to drain, instead of waiting forever.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any, Deque, Dict, List, Optional
+
+import anyio
+
+from ._protocol import Message
+from .errors import ClientClosedError, ConfigurationError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._client import AsyncClient
+
+__all__ = ["AsyncSubscription", "DEFAULT_BUFFER_SIZE"]
+
+#: Messages a subscription buffers before the reader stops reading.
+DEFAULT_BUFFER_SIZE = 1000
+
+_PREFETCH_HEADERS = ("prefetch-count", "activemq.prefetchSize")
+
+
+class AsyncSubscription:
+    """A subscription to one destination; use it as ``async with client.subscribe(...) as sub``.
+
+    Iterate it (``async for message in sub``), or call :meth:`receive` /
+    :meth:`receive_batch`. Leaving the ``async with`` block unsubscribes;
+    messages still in the local buffer are dropped (in ``auto`` mode the
+    broker counts them as delivered; in the other modes it redelivers them).
+    When the connection fails, the buffered messages are still handed out, then
+    the failure is raised.
+    """
+
+    def __init__(
+        self,
+        client: "AsyncClient",
+        destination: str,
+        ack: str,
+        headers: Optional[Dict[str, Any]],
+        buffer_size: int,
+        receipt: bool,
+        id: Optional[str],
+    ) -> None:
+        if type(buffer_size) is not int or buffer_size < 1:
+            raise ConfigurationError(f"buffer_size must be a positive int, not {buffer_size!r}")
+        self._client = client
+        self.destination = destination
+        self.ack_mode = ack
+        self.headers: Dict[str, Any] = dict(headers or {})
+        if ack != "auto" and not any(h in self.headers for h in _PREFETCH_HEADERS):
+            for h in _PREFETCH_HEADERS:
+                self.headers[h] = str(buffer_size)
+        self.buffer_size = buffer_size
+        self._receipt = receipt
+        self.id: Optional[str] = id
+        self._buffer: Deque[Message] = deque()
+        self._ready = anyio.Event()  # set when a message arrives or the subscription closes
+        self._space: Optional[anyio.Event] = None  # the reader waits on it while we are full
+        self._closed = False
+        self._error: Optional[BaseException] = None
+        self._seq = 0  # messages delivered
+        self._acked = 0  # client mode: every message up to this one is acknowledged
+
+    # -- user side ---------------------------------------------------------------
+
+    async def __aenter__(self) -> "AsyncSubscription":
+        await self._client._subscribe(self)
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> "AsyncSubscription":
+        return self
+
+    async def __anext__(self) -> Message:
+        buffer = self._buffer
+        if buffer:
+            message = buffer.popleft()
+            if self._space is not None and len(buffer) < self.buffer_size:
+                self._space.set()
+                self._space = None
+            return message
+        try:
+            return await self.receive()
+        except ClientClosedError:
+            if self._error is None:
+                raise StopAsyncIteration from None
+            raise
+
+    async def receive(self) -> Message:
+        """The next message; waits for one.
+
+        Raises:
+            ClientClosedError: the subscription was closed (by ``aclose``).
+            ConnectionLostError, ServerError, HeartbeatTimeout: the connection
+                failed (after every buffered message was handed out).
+        """
+        buffer = self._buffer
+        while not buffer:
+            if self._closed:
+                self._raise_closed()
+            if self._ready.is_set():
+                self._ready = anyio.Event()
+            await self._ready.wait()
+        message = buffer.popleft()
+        if self._space is not None and len(buffer) < self.buffer_size:
+            self._space.set()
+            self._space = None
+        return message
+
+    async def receive_batch(self, max_messages: int = 100) -> List[Message]:
+        """Up to ``max_messages`` buffered messages; waits until there is at least one."""
+        if not self._buffer:
+            first = await self.receive()
+            batch = [first]
+        else:
+            batch = []
+        buffer = self._buffer
+        take = min(max_messages - len(batch), len(buffer))
+        popleft = buffer.popleft
+        for _ in range(take):
+            batch.append(popleft())
+        if self._space is not None and len(buffer) < self.buffer_size:
+            self._space.set()
+            self._space = None
+        return batch
+
+    @property
+    def pending(self) -> int:
+        """Messages received and not yet taken."""
+        return len(self._buffer)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def aclose(self) -> None:
+        """Unsubscribe (if the connection is still up) and drop the buffered messages."""
+        if self._closed:
+            return
+        try:
+            await self._client._unsubscribe(self)
+        finally:
+            self._close(None)
+            self._buffer.clear()
+
+    def _raise_closed(self) -> None:
+        if self._error is not None:
+            raise _copy(self._error)
+        raise ClientClosedError(f"subscription {self.id!r} to {self.destination!r} is closed")
+
+    # -- ack / nack (Message.ack and Message.nack land here) -----------------------
+
+    async def ack_message(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False) -> None:
+        """Acknowledge ``message``; in ``client`` mode this covers every earlier message too.
+
+        STOMP: with ack mode client, "the ACK is cumulative"; acknowledging a
+        message that an acknowledgement of a later one already covered is a no-op.
+        """
+        if self.ack_mode == "client":
+            if message._seq <= self._acked:
+                return
+            self._acked = message._seq
+        await self._client._ack("ACK", message, transaction, receipt)
+
+    async def nack_message(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False) -> None:
+        """Refuse ``message`` (the broker redelivers or dead-letters it); cumulative in ``client`` mode."""
+        if self.ack_mode == "client":
+            if message._seq <= self._acked:
+                return
+            self._acked = message._seq
+        await self._client._ack("NACK", message, transaction, receipt)
+
+    # -- reader side ---------------------------------------------------------------
+
+    def _deliver(self, message: Message) -> None:
+        self._seq += 1
+        message._seq = self._seq
+        message._owner = self
+        self._buffer.append(message)
+
+    def _close(self, error: Optional[BaseException]) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._error = error
+        self._ready.set()
+        if self._space is not None:
+            self._space.set()
+            self._space = None
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._buffer)} buffered"
+        return f"<AsyncSubscription {self.id!r} to {self.destination!r} ack={self.ack_mode} {state}>"
+
+
+def _copy(error: BaseException) -> BaseException:
+    """A fresh instance of a stored error, so each waiter gets its own traceback."""
+    try:
+        func, args, state = error.__reduce__()[:3]  # type: ignore[misc]
+        fresh = func(*args)
+        if state:
+            fresh.__dict__.update(state)
+        fresh.__cause__ = error.__cause__
+        return fresh
+    except Exception:  # pragma: no cover - an exotic error that will not copy
+        return error
