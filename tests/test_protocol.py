@@ -1,0 +1,392 @@
+"""The sans-I/O session core: frames built, events produced, rules per version."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+import stompfast._protocol as protocol_module
+from stompfast import Frame, FrameScanner, encode_frame
+from stompfast._protocol import (
+    Connected,
+    ErrorReceived,
+    Message,
+    ReceiptReceived,
+    SessionState,
+    StompProtocol,
+    TRANSITIONS,
+    negotiate_heart_beat,
+)
+from stompfast.errors import (
+    AuthenticationError,
+    ConfigurationError,
+    LocalProtocolError,
+    RemoteProtocolError,
+    ServerError,
+    StaleMessageError,
+)
+
+
+def test_protocol_core_imports_no_io():
+    # DESIGN: "The protocol core never imports anyio, asyncio, socket or time"
+    tree = ast.parse(pathlib.Path(protocol_module.__file__).read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            imported.add(node.module.split(".")[0])
+    assert not imported & {"anyio", "asyncio", "socket", "time", "trio", "selectors", "threading"}, imported
+
+
+def parse(data: bytes) -> Frame:
+    (frame,) = FrameScanner(version="1.2").feed(data)
+    return frame
+
+
+def connected(version="1.2", heart_beat=(0, 0), server_hb="0,0", **kwargs) -> StompProtocol:
+    p = StompProtocol(heart_beat=heart_beat, **kwargs)
+    p.connect()
+    headers = {"session": "s-1", "server": "test/1", "heart-beat": server_hb}
+    if version != "1.0":
+        headers["version"] = version
+    (event,) = p.receive_data(encode_frame("CONNECTED", headers))
+    assert isinstance(event, Connected)
+    return p
+
+
+def message(p: StompProtocol, sub="1", mid="m-1", ack="a:1", body=b"x", **extra) -> Message:
+    headers = {"destination": "/queue/a", "message-id": mid, "subscription": sub, **extra}
+    if ack is not None:
+        headers["ack"] = ack
+    (event,) = p.receive_data(encode_frame("MESSAGE", headers, body, version=p.version))
+    assert isinstance(event, Message)
+    return event
+
+
+# -- CONNECT ---------------------------------------------------------------------------
+
+
+def test_connect_frame_defaults():
+    p = StompProtocol(login="guest", passcode="pa:ss")
+    f = parse(p.connect())
+    assert f.command == "CONNECT"
+    # host "/" is RabbitMQ's default vhost and ignored by ActiveMQ/Artemis
+    assert f.header_list == [
+        ("accept-version", "1.0,1.1,1.2"),
+        ("host", "/"),
+        ("login", "guest"),
+        ("passcode", "pa:ss"),  # CONNECT is never escaped: the raw colon stays
+    ]
+    assert p.state is SessionState.CONNECTING
+
+
+def test_connect_with_stomp_command_heart_beat_and_extra_headers():
+    p = StompProtocol(versions=["1.1", "1.2"], heart_beat=(500, 1000), use_stomp_command=True,
+                      host="vh", connect_headers={"client-id": "c1", "host": "ignored"})
+    f = parse(p.connect())
+    assert f.command == "STOMP"
+    assert dict(f.headers) == {"accept-version": "1.1,1.2", "host": "vh", "heart-beat": "500,1000", "client-id": "c1"}
+
+
+def test_connect_for_1_0_only_sends_no_accept_version_and_refuses_stomp_command():
+    f = parse(StompProtocol(versions="1.0", host=None).connect())
+    assert f.header_list == []
+    with pytest.raises(ConfigurationError):
+        StompProtocol(versions=["1.0"], use_stomp_command=True)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"versions": []}, {"versions": ["2.0"]}, {"heart_beat": (1,)}, {"heart_beat": (-1, 0)}, {"heart_beat": (1.5, 0)},
+])
+def test_bad_settings_are_configuration_errors(kwargs):
+    with pytest.raises(ConfigurationError):
+        StompProtocol(**kwargs)
+
+
+def test_connect_twice_is_refused():
+    p = StompProtocol()
+    p.connect()
+    with pytest.raises(LocalProtocolError):
+        p.connect()
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+def test_connected_negotiates_version_server_session(version):
+    p = connected(version)
+    assert (p.version, p.server, p.session, p.state) == (version, "test/1", "s-1", SessionState.CONNECTED)
+
+
+def test_connected_with_a_version_we_did_not_offer_fails():
+    p = StompProtocol(versions=["1.1"])
+    p.connect()
+    with pytest.raises(RemoteProtocolError):
+        p.receive_data(encode_frame("CONNECTED", {"version": "1.2"}))
+    assert p.state is SessionState.FAILED
+
+
+def test_error_in_answer_to_connect_is_an_authentication_error():
+    p = StompProtocol()
+    p.connect()
+    (event,) = p.receive_data(encode_frame("ERROR", {"message": "Bad CONNECT"}, b"Access refused for user 'x'"))
+    assert isinstance(event, ErrorReceived)
+    assert type(event.error) is AuthenticationError
+    assert "Bad CONNECT" in str(event.error) and "Access refused" in str(event.error)
+    assert p.state is SessionState.FAILED
+
+
+@pytest.mark.parametrize(
+    "client, server, expected",
+    [
+        ((0, 0), "1000,1000", (0, 0)),
+        ((500, 500), None, (0, 0)),  # a missing header is "0,0"
+        ((500, 1000), "1000,1000", (1000, 1000)),  # MAX(cx, sy), MAX(sx, cy)
+        ((4000, 0), "0,200", (4000, 0)),
+        ((100, 300), "200,0", (0, 300)),
+        ((0, 5000), "10000,10000", (0, 10000)),
+    ],
+)
+def test_heart_beat_negotiation_follows_the_spec(client, server, expected):
+    assert negotiate_heart_beat(client, server) == expected
+
+
+@pytest.mark.parametrize("header", ["x", "1,2,3", "-1,0", "a,b"])
+def test_invalid_server_heart_beat_is_a_remote_error(header):
+    with pytest.raises(RemoteProtocolError):
+        negotiate_heart_beat((1000, 1000), header)
+
+
+def test_negotiated_heart_beat_is_exposed_and_silence_arithmetic():
+    p = connected(heart_beat=(500, 1000), server_hb="1000,2000")
+    assert p.heart_beat == (2000, 1000)
+    assert (p.send_interval(), p.receive_interval()) == (2.0, 1.0)
+    assert not p.peer_silent_too_long(10.0, 12.9, tolerance=3.0)
+    assert p.peer_silent_too_long(10.0, 13.1, tolerance=3.0)
+    assert not connected().peer_silent_too_long(0.0, 1e9, tolerance=3.0)  # no beats agreed
+
+
+# -- frames before and after CONNECTED --------------------------------------------------
+
+
+def test_send_before_connected_is_refused():
+    p = StompProtocol()
+    with pytest.raises(LocalProtocolError):
+        p.send("/queue/a", b"x")
+    p.connect()
+    with pytest.raises(LocalProtocolError):
+        p.send("/queue/a", b"x")
+
+
+def test_message_before_connected_is_a_remote_error():
+    p = StompProtocol()
+    p.connect()
+    with pytest.raises(RemoteProtocolError):
+        p.receive_data(encode_frame("MESSAGE", {"subscription": "1", "message-id": "1", "destination": "/q"}))
+
+
+def test_client_frame_from_the_broker_is_a_remote_error():
+    p = connected()
+    with pytest.raises(RemoteProtocolError):
+        p.receive_data(encode_frame("SEND", {"destination": "/q"}))
+    assert p.state is SessionState.FAILED
+
+
+def test_transition_table_covers_every_state():
+    assert {state for state, _ in TRANSITIONS} == set(SessionState)
+
+
+# -- SEND --------------------------------------------------------------------------------
+
+
+def test_send_escapes_per_version_and_adds_content_length():
+    p = connected("1.2")
+    data, receipt = p.send("/queue/a", b"hi", {"k": "a:b"}, content_type="text/plain", receipt=True)
+    f = parse(data)
+    assert f.header_list == [
+        ("destination", "/queue/a"), ("content-type", "text/plain"), ("receipt", receipt), ("k", "a:b"),
+        ("content-length", "2"),
+    ]
+    assert b"k:a\\cb\n" in data
+    p10 = connected("1.0")
+    data, _ = p10.send("/queue/a", b"hi", {"k": "a:b"})
+    assert b"k:a:b\n" in data  # 1.0 has no escaping
+
+
+def test_user_headers_do_not_override_destination_or_receipt():
+    p = connected()
+    data, rid = p.send("/queue/a", b"", {"destination": "/queue/other", "receipt": "mine"}, receipt=True)
+    assert parse(data).headers["destination"] == "/queue/a"
+    assert parse(data).headers["receipt"] == rid
+
+
+def test_receipt_ids_are_unique_and_receipt_events_arrive():
+    p = connected()
+    ids = [p.send("/q", b"", receipt=True)[1] for _ in range(5)]
+    assert len(set(ids)) == 5
+    events = p.receive_data(b"".join(encode_frame("RECEIPT", {"receipt-id": r}) for r in reversed(ids)))
+    assert [e.receipt_id for e in events] == list(reversed(ids))
+    assert all(isinstance(e, ReceiptReceived) for e in events)
+
+
+def test_error_mid_session_carries_receipt_id_and_fails_the_session():
+    p = connected()
+    _, rid = p.send("/q", b"", receipt=True)
+    (event,) = p.receive_data(encode_frame("ERROR", {"message": "no", "receipt-id": rid}, b"details"))
+    assert type(event.error) is ServerError
+    assert (event.receipt_id, event.error.body, event.error.headers["message"]) == (rid, b"details", "no")
+    assert p.state is SessionState.FAILED
+    with pytest.raises(LocalProtocolError):
+        p.send("/q", b"")
+
+
+# -- SUBSCRIBE / ACK / NACK per version ---------------------------------------------------------
+
+
+def test_subscribe_ids_and_headers():
+    p = connected()
+    data, sub, rid = p.subscribe("/queue/a", ack="client", headers={"prefetch-count": 5, "id": "nope"}, receipt=True)
+    assert sub == "1"
+    assert parse(data).header_list == [
+        ("destination", "/queue/a"), ("id", "1"), ("ack", "client"), ("receipt", rid), ("prefetch-count", "5")
+    ]
+    assert p.subscribe("/queue/b")[1] == "2"
+    with pytest.raises(LocalProtocolError):
+        p.subscribe("/queue/c", id="1")
+    with pytest.raises(ConfigurationError):
+        p.subscribe("/queue/c", ack="sometimes")
+
+
+def test_client_individual_needs_1_1():
+    with pytest.raises(LocalProtocolError):
+        connected("1.0").subscribe("/q", ack="client-individual")
+
+
+@pytest.mark.parametrize(
+    "version, expected",
+    [
+        ("1.0", {"message-id": "m:1"}),
+        ("1.1", {"message-id": "m:1", "subscription": "1"}),
+        ("1.2", {"id": "ack:42"}),
+    ],
+)
+def test_ack_headers_per_version(version, expected):
+    p = connected(version)
+    p.subscribe("/queue/a", ack="client-individual" if version != "1.0" else "client")
+    msg = message(p, mid="m:1", ack="ack:42" if version == "1.2" else None)
+    data, _ = p.ack(msg)
+    assert dict(parse(data).headers) == expected
+    if version != "1.0":
+        data, _ = p.nack(msg, receipt=True)
+        f = parse(data)
+        assert f.command == "NACK" and {k: v for k, v in f.headers.items() if k != "receipt"} == expected
+
+
+def test_nack_does_not_exist_on_1_0():
+    p = connected("1.0")
+    p.subscribe("/q", ack="client")
+    with pytest.raises(LocalProtocolError):
+        p.nack(message(p, ack=None))
+
+
+def test_ack_in_auto_mode_and_for_unknown_subscription_is_refused():
+    p = connected()
+    p.subscribe("/q")
+    msg = message(p)
+    with pytest.raises(LocalProtocolError):
+        p.ack(msg)
+    p.unsubscribe("1")
+    with pytest.raises(LocalProtocolError):
+        p.ack(msg)
+
+
+def test_ack_of_a_message_from_another_session_is_stale():
+    old = connected()
+    old.subscribe("/q", ack="client")
+    msg = message(old)
+    new = connected()
+    new.subscribe("/q", ack="client")
+    with pytest.raises(StaleMessageError):
+        new.ack(msg)
+
+
+def test_message_without_subscription_header_is_a_remote_error():
+    p = connected()
+    with pytest.raises(RemoteProtocolError):
+        p.receive_data(encode_frame("MESSAGE", {"message-id": "1", "destination": "/q"}))
+
+
+def test_message_properties():
+    p = connected()
+    p.subscribe("/q")
+    msg = message(p, body="héllo".encode(), **{"content-type": "text/plain", "redelivered": "true"})
+    assert (msg.destination, msg.subscription, msg.message_id, msg.ack_id) == ("/queue/a", "1", "m-1", "a:1")
+    assert (msg.text, msg.content_type, msg.redelivered) == ("héllo", "text/plain", True)
+    assert msg.headers["destination"] == "/queue/a"
+    with pytest.raises(LocalProtocolError):
+        msg.ack()  # not attached to a client subscription
+
+
+def test_unsubscribe_of_unknown_id_is_refused_locally():
+    # an UNSUBSCRIBE of an unknown id makes brokers send ERROR: never send one
+    with pytest.raises(LocalProtocolError):
+        connected().unsubscribe("9")
+
+
+# -- transactions, probe, DISCONNECT ----------------------------------------------------------
+
+
+def test_transactions():
+    p = connected()
+    data, tx, _ = p.begin()
+    assert parse(data).header_list == [("transaction", tx)]
+    data, _ = p.send("/q", b"x", transaction=tx)
+    assert parse(data).headers["transaction"] == tx
+    with pytest.raises(LocalProtocolError):
+        p.send("/q", b"x", transaction="other")
+    data, rid = p.commit(tx, receipt=True)
+    assert dict(parse(data).headers) == {"transaction": tx, "receipt": rid}
+    with pytest.raises(LocalProtocolError):
+        p.abort(tx)  # no longer open
+
+
+def test_probe_is_begin_then_abort_with_a_receipt():
+    p = connected()
+    data, rid = p.probe()
+    frames = FrameScanner().feed(data)
+    assert [f.command for f in frames] == ["BEGIN", "ABORT"]
+    assert frames[0].headers["transaction"] == frames[1].headers["transaction"]
+    assert frames[1].headers["receipt"] == rid
+
+
+def test_disconnect_receipt_closes_the_session():
+    p = connected()
+    data, rid = p.disconnect()
+    assert parse(data).header_list == [("receipt", rid)]
+    assert p.state is SessionState.DISCONNECTING
+    with pytest.raises(LocalProtocolError):
+        p.send("/q", b"")
+    p.receive_data(encode_frame("RECEIPT", {"receipt-id": rid}))
+    assert p.state is SessionState.CLOSED
+
+
+def test_version_switch_reaches_the_scanner():
+    # on 1.1, \r is not an escape: an ERROR carrying it must fail framing
+    p = connected("1.1")
+    with pytest.raises(RemoteProtocolError):
+        p.receive_data(b"RECEIPT\nreceipt-id:a\\rb\n\n\x00")
+    p2 = connected("1.2")
+    (event,) = p2.receive_data(b"RECEIPT\nreceipt-id:a\\rb\n\n\x00")
+    assert event.receipt_id == "a\rb"
+
+
+def test_framing_fault_keeps_the_events_before_it():
+    p = connected()
+    p.subscribe("/q")
+    good = encode_frame("MESSAGE", {"subscription": "1", "message-id": "1", "destination": "/q"}, b"ok")
+    with pytest.raises(RemoteProtocolError) as info:
+        p.receive_data(good + b"BOGUS\n\n\x00")
+    (event,) = info.value.events
+    assert event.body == b"ok"
+    assert p.state is SessionState.FAILED
