@@ -211,6 +211,7 @@ class AsyncClient:
         self._last_received = 0.0
         self._paused_on: Optional[AsyncSubscription] = None
         self._stalled = False
+        self._scopes: List[anyio.CancelScope] = []
 
     # -- properties -------------------------------------------------------------------
 
@@ -284,13 +285,13 @@ class AsyncClient:
             now = anyio.current_time()
             self._last_sent = self._last_received = now
             self._state = "open"
-            tg.start_soon(self._reader, leftover, name="stompfast-reader")
-            tg.start_soon(self._writer, name="stompfast-writer")
+            self._background(self._reader(leftover), "stompfast-reader")
+            self._background(self._writer(), "stompfast-writer")
             send_ms, receive_ms = self._protocol.heart_beat
             if send_ms:
-                tg.start_soon(self._heartbeat_sender, send_ms / 1000.0, name="stompfast-heartbeat")
+                self._background(self._heartbeat_sender(send_ms / 1000.0), "stompfast-heartbeat")
             if receive_ms:
-                tg.start_soon(self._liveness, receive_ms / 1000.0, name="stompfast-liveness")
+                self._background(self._liveness(receive_ms / 1000.0), "stompfast-liveness")
         except BaseException:
             self._state = "closed"
             # The task group must be left outside any scope entered after it.
@@ -359,6 +360,23 @@ class AsyncClient:
                 self._drained.set()
             self._state = "closed"
 
+    def _background(self, coro: Any, name: str) -> None:
+        """Run ``coro`` in the task group under a cancel scope of its own.
+
+        The task group is entered in the caller's task, so its own cancel scope
+        also covers the caller's code inside ``async with``: a failure must stop
+        the background tasks through their own scopes, never through the group's.
+        """
+        scope = anyio.CancelScope()
+        self._scopes.append(scope)
+
+        async def run() -> None:
+            with scope:
+                await coro
+
+        assert self._tg is not None
+        self._tg.start_soon(run, name=name)
+
     # -- failure ------------------------------------------------------------------------
 
     def _fail(self, error: BaseException) -> None:
@@ -375,8 +393,8 @@ class AsyncClient:
             self._drained.set()
             self._drained = None
         self._wakeup.set()
-        if self._tg is not None:
-            self._tg.cancel_scope.cancel()
+        for scope in self._scopes:
+            scope.cancel()
 
     def _check_open(self) -> None:
         if self._error is not None:

@@ -49,6 +49,14 @@ __all__ = [
 ]
 
 SUPPORTED_VERSIONS: Tuple[str, ...] = ("1.0", "1.1", "1.2")
+#: Brokers (by the start of their ``server`` header) that escape headers on STOMP 1.0
+#: sessions although 1.0 has no escaping, and the escaping rules to use with them
+#: on the wire, ``(what we send, what we read)``, seen on these machines:
+#: RabbitMQ escapes ``:`` as ``\c`` in what it sends and reads a backslash in what
+#: it receives as an escape (an undefined one closes the connection): 1.1 both
+#: ways. ActiveMQ unescapes ``\\``, ``\n`` and ``\c`` in what it receives but sends
+#: raw: 1.1 out, 1.0 in.
+ESCAPING_ON_1_0: Dict[str, Tuple[str, str]] = {"RabbitMQ/": ("1.1", "1.1"), "ActiveMQ/": ("1.1", "1.0")}
 ACK_MODES = ("auto", "client", "client-individual")
 
 
@@ -304,6 +312,7 @@ class StompProtocol:
         self.server: Optional[str] = None
         self.session: Optional[str] = None
         self.heart_beat: Tuple[int, int] = (0, 0)
+        self._wire_version = "1.0"  # the escaping rules of what we send (see ESCAPING_ON_1_0)
         # Before negotiation, header values are read with 1.0 rules and CONNECTED
         # is never unescaped anyway.
         self._scanner = FrameScanner(
@@ -338,7 +347,7 @@ class StompProtocol:
             raise LocalProtocolError(f"cannot send {what} while the session is {self.state.value}")
 
     def _encode(self, command: str, headers: Any, body: bytes = b"") -> bytes:
-        return encode_frame(command, headers, body, self.version or "1.0")
+        return encode_frame(command, headers, body, self._wire_version)
 
     def _receipt_id(self) -> str:
         self._receipts += 1
@@ -644,8 +653,14 @@ class StompProtocol:
                 f"the broker chose STOMP {version}, which we did not offer ({', '.join(self.versions)})"
             )
         self.version = version
-        self._scanner.version = version
         self.server = headers.get("server")
+        send_rules = read_rules = version
+        if version == "1.0" and self.server:
+            for prefix, rules in ESCAPING_ON_1_0.items():
+                if self.server.startswith(prefix):
+                    send_rules, read_rules = rules
+        self._wire_version = send_rules
+        self._scanner.version = read_rules
         self.session = headers.get("session")
         self.heart_beat = negotiate_heart_beat(self.requested_heart_beat, headers.get("heart-beat"))
         return Connected(version, self.server, self.session, self.heart_beat, frame.headers)

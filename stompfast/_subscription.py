@@ -47,8 +47,10 @@ class AsyncSubscription:
 
     Iterate it (``async for message in sub``), or call :meth:`receive` /
     :meth:`receive_batch`. Leaving the ``async with`` block unsubscribes;
-    messages still in the local buffer are dropped (in ``auto`` mode the
-    broker counts them as delivered; in the other modes it redelivers them).
+    messages still in the local buffer are dropped. In ``auto`` mode the broker
+    counted them as delivered; in the other modes it redelivers every unacked
+    message (RabbitMQ only once the connection closes: it keeps a cancelled
+    subscription's unacked messages on the connection; ActiveMQ at once).
     When the connection fails, the buffered messages are still handed out, then
     the failure is raised.
     """

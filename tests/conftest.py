@@ -48,3 +48,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
 def impl(request: pytest.FixtureRequest):
     """The module of one implementation: ``FrameScanner`` and ``encode_frame``."""
     return load_impl(request.param)
+
+
+# Every async test runs on asyncio, asyncio with uvloop, and trio (DESIGN rule 13).
+ANYIO_BACKENDS = [
+    pytest.param(("asyncio", {}), id="asyncio"),
+    pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio-uvloop"),
+    pytest.param(("trio", {}), id="trio"),
+]
+
+
+@pytest.fixture(params=ANYIO_BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest):
+    return request.param

@@ -390,3 +390,27 @@ def test_framing_fault_keeps_the_events_before_it():
     (event,) = info.value.events
     assert event.body == b"ok"
     assert p.state is SessionState.FAILED
+
+
+def test_rabbitmq_1_0_sessions_are_framed_with_1_1_escaping():
+    # RabbitMQ escapes ':' as \c even on 1.0 and reads a raw backslash as an escape
+    p = StompProtocol(versions=["1.0"])
+    p.connect()
+    p.receive_data(encode_frame("CONNECTED", {"session": "s", "server": "RabbitMQ/3.10.8"}))
+    assert p.version == "1.0"
+    data, _ = p.send("/q", b"", {"k": "a:b\\c"})
+    assert b"k:a\\cb\\\\c\n" in data
+    p.subscribe("/q")
+    (msg,) = p.receive_data(b"MESSAGE\nsubscription:1\nmessage-id:1\ndestination:/q\nk:a\\cb\n\n\x00")
+    assert msg.headers["k"] == "a:b"
+    # ActiveMQ unescapes what it receives on 1.0 but sends raw
+    amq = StompProtocol(versions=["1.0"])
+    amq.connect()
+    amq.receive_data(encode_frame("CONNECTED", {"session": "s", "server": "ActiveMQ/5.17.2"}))
+    assert b"k:a\\cb\\\\c\n" in amq.send("/q", b"", {"k": "a:b\\c"})[0]
+    amq.subscribe("/q")
+    (msg,) = amq.receive_data(b"MESSAGE\nsubscription:1\nmessage-id:1\ndestination:/q\nk:a:b\\c\n\n\x00")
+    assert msg.headers["k"] == "a:b\\c"
+    # any other 1.0 broker: no escaping at all
+    other = connected("1.0")
+    assert b"k:a:b\\c\n" in other.send("/q", b"", {"k": "a:b\\c"})[0]

@@ -1,0 +1,41 @@
+"""An in-process STOMP broker for tests and demos, with fault injection.
+
+::
+
+    from stompfast.testing import Broker
+
+    async with Broker(heart_beat=(100, 100)) as broker:   # in the current event loop
+        ...connect a client to broker.url...
+        broker.drop_connections()                         # then see how the client copes
+
+    with Broker.in_thread() as broker:                    # for synchronous code
+        ...
+
+It speaks STOMP 1.0, 1.1 and 1.2 over TCP on loopback, serves ``/queue/``
+(point to point) and ``/topic/`` (fan-out) destinations with the three ack
+modes, transactions, receipts, heart-beats and prefetch, and can misbehave on
+demand (drop connections, cut a frame, withhold or delay receipts, send ERROR or
+raw bytes, stop heart-beating, refuse connections). It is a test double, not a
+production broker: nothing is persisted and everything lives in one process.
+
+The pytest plugin (``stompfast.testing.pytest_plugin``, registered as the
+``stompfast`` pytest11 entry point) provides the ``stomp_broker`` and
+``stomp_broker_thread`` fixtures.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+__all__ = ["Broker", "BrokerStats"]
+
+if TYPE_CHECKING:
+    from ._broker import Broker, BrokerStats
+
+
+def __getattr__(name: str) -> Any:
+    # imported on first use, so that pytest loading the plugin module of this package
+    # (in every session of an environment with stompfast) does not import the broker
+    if name in __all__:
+        from . import _broker
+
+        return getattr(_broker, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,66 @@
+"""Real brokers on loopback: RabbitMQ (rabbitmq_stomp) and ActiveMQ Classic.
+
+``scripts/brokers.sh start`` starts both (``.ci/run`` does); the URLs come from
+``STOMPFAST_RABBITMQ_URL`` and ``STOMPFAST_ACTIVEMQ_URL`` (defaults: guest/guest on
+127.0.0.1:61613 and :61614). A broker that does not answer is a test *error* when
+``STOMPFAST_REQUIRE_BROKERS=1`` (CI sets it: an interoperability claim must never
+pass by skipping) and a skip otherwise (a developer machine without brokers).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from typing import Dict
+
+import pytest
+
+from stompfast._config import parse_url
+
+BROKERS: Dict[str, str] = {
+    "rabbitmq": os.environ.get("STOMPFAST_RABBITMQ_URL", "stomp://guest:guest@127.0.0.1:61613/"),
+    "activemq": os.environ.get("STOMPFAST_ACTIVEMQ_URL", "stomp://guest:guest@127.0.0.1:61614/"),
+}
+_answers: Dict[str, bool] = {}
+
+
+def _stomp_answers(url: str) -> bool:
+    if url not in _answers:
+        ep = parse_url(url)
+        try:
+            with socket.create_connection((ep.host, ep.port), timeout=3) as s:
+                s.settimeout(5)
+                s.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\x00")
+                _answers[url] = s.recv(64).startswith(b"CONNECTED")
+        except OSError:
+            _answers[url] = False
+    return _answers[url]
+
+
+@pytest.fixture(params=sorted(BROKERS))
+def broker(request: pytest.FixtureRequest) -> str:
+    """The name of a real broker that answers STOMP (``rabbitmq`` or ``activemq``)."""
+    name = request.param
+    if not _stomp_answers(BROKERS[name]):
+        message = f"{name} does not answer STOMP at {BROKERS[name]} (scripts/brokers.sh start)"
+        if os.environ.get("STOMPFAST_REQUIRE_BROKERS") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return name
+
+
+@pytest.fixture
+def broker_url(broker: str) -> str:
+    return BROKERS[broker]
+
+
+@pytest.fixture
+def queue() -> str:
+    """A fresh queue name, so tests never see each other's messages."""
+    return f"/queue/stompfast-test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(params=["1.0", "1.1", "1.2"])
+def version(request: pytest.FixtureRequest) -> str:
+    return request.param
