@@ -1,0 +1,591 @@
+#!/usr/bin/env bash
+# Real STOMP brokers on loopback for stompfast's integration tests (used by .ci/run and by hand).
+#
+# Usage:
+#   scripts/brokers.sh start   [rabbitmq|activemq|all]  install what is missing, start, wait for STOMP
+#   scripts/brokers.sh stop    [activemq|rabbitmq|all]  see "What stop does" below
+#   scripts/brokers.sh restart [rabbitmq|activemq|all]  quick bounce (for tests that kill a broker mid-test)
+#   scripts/brokers.sh status                           readiness of each broker; exit 0 only if all ready
+#   scripts/brokers.sh env                              `export STOMPFAST_..._URL=...` lines, for eval
+#   scripts/brokers.sh logs    [rabbitmq|activemq]      tail of the broker's log
+#
+#   eval "$(scripts/brokers.sh env)"   # then run the integration tests
+#
+# Readiness means a STOMP CONNECT (accept-version:1.2, host:/, guest/guest) on the port is answered
+# by a CONNECTED frame, not merely an open TCP port. `start` and `restart` wait for it up to
+# STOMPFAST_BROKERS_TIMEOUT seconds and exit non-zero (with the tail of the broker's log) otherwise.
+# Everything listens on 127.0.0.1 only.
+#
+# RabbitMQ (system package rabbitmq-server, normally running already; AMQP 5672, guest/guest):
+#   `start` starts the node if it is down (`rabbitmq-server -detached`), starts the rabbit app if it
+#   was stopped with `stop rabbitmq`, pins the STOMP and Web-STOMP listeners to 127.0.0.1 (set in the
+#   running node's application environment, persistent until the node stops; /etc is not touched),
+#   and enables the bundled plugins rabbitmq_stomp (STOMP, 61613) and rabbitmq_web_stomp (15674, /ws).
+#   If the plugins were already running on other listeners (enabled outside this script: they bind
+#   0.0.0.0), the first `start` disables and re-enables them once (about 10 s).
+#   If the package is missing it is installed with apt-get (untested path: it is preinstalled here).
+# ActiveMQ Classic (Debian package activemq, 5.17.2; installed with apt-get when missing):
+#   one private instance, non-persistent, no JMX, config/data/log/pid under $STOMPFAST_BROKERS_DIR
+#   (default <repo>/.brokers, git-ignored), STOMP on 61614 (plain) and 61615 (stomp+nio), max frame
+#   100 MiB, any login accepted. No WebSocket: Debian's package ships no jetty/activemq-http.
+#
+# What stop does:
+#   stop activemq  SIGTERM to the instance this script started (pid file, or its unique config path
+#                  on the command line), SIGKILL after STOMPFAST_ACTIVEMQ_STOP_TIMEOUT seconds.
+#   stop rabbitmq  `rabbitmqctl stop_app`: the Erlang node stays up, every listener (AMQP, STOMP,
+#                  Web-STOMP) closes and every connection is dropped; `start rabbitmq` brings it back
+#                  with `start_app` in a second or two. The node itself is never shut down.
+#   stop / stop all  ActiveMQ only. RabbitMQ is a machine-wide service; stop it only by name.
+# What restart does:
+#   restart rabbitmq  `rabbitmqctl stop_app && rabbitmqctl start_app` (starts the node if it is down),
+#                     then waits for STOMP again. Non-durable queues and all connections are lost.
+#   restart activemq  stop activemq + start activemq (non-persistent: every message is lost).
+#
+# Environment overrides (defaults in brackets):
+#   STOMPFAST_RABBITMQ_PORT      [61613]  RabbitMQ STOMP port
+#   STOMPFAST_RABBITMQ_WS_PORT   [15674]  RabbitMQ Web-STOMP port (path /ws)
+#   STOMPFAST_ACTIVEMQ_PORT      [61614]  ActiveMQ STOMP port
+#   STOMPFAST_ACTIVEMQ_NIO_PORT  [61615]  ActiveMQ stomp+nio port
+#   STOMPFAST_BROKERS_TIMEOUT    [120]    seconds to wait for readiness in start/restart
+#   STOMPFAST_BROKERS_DIR        [<repo>/.brokers]  ActiveMQ instance directory, lock file, apt log
+#   STOMPFAST_ACTIVEMQ_JAVA_OPTS [-Xms64m -Xmx1g]   extra JVM options for ActiveMQ
+#   STOMPFAST_ACTIVEMQ_STOP_TIMEOUT [20]  seconds between SIGTERM and SIGKILL
+#   PYTHON                       [python3]  any Python 3 (stdlib only) for the readiness probe
+# `env` prints, from the same settings:
+#   STOMPFAST_RABBITMQ_URL=stomp://guest:guest@127.0.0.1:61613/
+#   STOMPFAST_RABBITMQ_WS_URL=ws://guest:guest@127.0.0.1:15674/ws
+#   STOMPFAST_ACTIVEMQ_URL=stomp://guest:guest@127.0.0.1:61614/
+#   STOMPFAST_ACTIVEMQ_NIO_URL=stomp://guest:guest@127.0.0.1:61615/
+#   STOMPFAST_BROKERS_SCRIPT=<absolute path of this script>   (tests call `$it restart rabbitmq`)
+set -euo pipefail
+
+SCRIPT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
+REPO=$(cd "$(dirname "$SCRIPT")/.." && pwd)
+
+HOST=127.0.0.1
+RABBIT_PORT=${STOMPFAST_RABBITMQ_PORT:-61613}
+RABBIT_WS_PORT=${STOMPFAST_RABBITMQ_WS_PORT:-15674}
+AMQ_PORT=${STOMPFAST_ACTIVEMQ_PORT:-61614}
+AMQ_NIO_PORT=${STOMPFAST_ACTIVEMQ_NIO_PORT:-61615}
+TIMEOUT=${STOMPFAST_BROKERS_TIMEOUT:-120}
+BROKERS_DIR=${STOMPFAST_BROKERS_DIR:-$REPO/.brokers}
+AMQ_JAVA_OPTS=${STOMPFAST_ACTIVEMQ_JAVA_OPTS:--Xms64m -Xmx1g}
+AMQ_STOP_TIMEOUT=${STOMPFAST_ACTIVEMQ_STOP_TIMEOUT:-20}
+PY=${PYTHON:-python3}
+for v in RABBIT_PORT RABBIT_WS_PORT AMQ_PORT AMQ_NIO_PORT TIMEOUT AMQ_STOP_TIMEOUT; do
+    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "brokers: ERROR: $v must be a positive integer, not '${!v}'" >&2; exit 1; }
+done
+
+AMQ_HOME=/usr/share/activemq
+AMQ_JAR=$AMQ_HOME/bin/activemq.jar
+AMQ_DIR=$BROKERS_DIR/activemq
+AMQ_CONF=$AMQ_DIR/conf
+AMQ_XML=$AMQ_CONF/activemq.xml
+AMQ_DATA=$AMQ_DIR/data
+AMQ_PIDFILE=$AMQ_DIR/activemq.pid
+AMQ_LOG=$AMQ_DIR/activemq.log
+
+rabbit_url()     { echo "stomp://guest:guest@$HOST:$RABBIT_PORT/"; }
+rabbit_ws_url()  { echo "ws://guest:guest@$HOST:$RABBIT_WS_PORT/ws"; }
+amq_url()        { echo "stomp://guest:guest@$HOST:$AMQ_PORT/"; }
+amq_nio_url()    { echo "stomp://guest:guest@$HOST:$AMQ_NIO_PORT/"; }
+
+say()  { printf 'brokers: %s\n' "$*" >&2; }
+die()  { printf 'brokers: ERROR: %s\n' "$*" >&2; exit 1; }
+now()  { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+usage() { sed -n '2,/^set -euo/p' "$SCRIPT" | sed '$d; s/^# \{0,1\}//'; }
+
+SUDO=()
+if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null 2>&1 && SUDO=(sudo) || true
+fi
+
+# ---------------------------------------------------------------------------------------------
+# Probes (stdlib-only Python; one attempt each; print a reason and exit 1 when not ready)
+
+STOMP_PROBE='
+import socket, sys
+host, port, tmo = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+try:
+    s = socket.create_connection((host, port), timeout=tmo)
+except OSError as e:
+    print("TCP connect failed: %s" % (e.strerror or e)); sys.exit(1)
+try:
+    s.settimeout(tmo)
+    s.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
+    buf = b""
+    while b"\0" not in buf and len(buf) < 65536:
+        d = s.recv(65536)
+        if not d:
+            break
+        buf += d
+    head = buf.lstrip(b"\r\n").split(b"\0", 1)[0].decode("utf-8", "replace")
+    lines = head.replace("\r\n", "\n").split("\n")
+    if lines[0] == "CONNECTED":
+        try:
+            s.sendall(b"DISCONNECT\n\n\0")
+        except OSError:
+            pass
+        sys.exit(0)
+    if lines[0] == "ERROR":
+        msg = [l for l in lines[1:] if l.startswith("message:")]
+        print("ERROR frame: %s" % (msg[0][8:] if msg else head[:200].replace("\n", " | ")))
+    elif buf:
+        print("unexpected reply: %r" % buf[:80])
+    else:
+        print("connection closed without a reply")
+except socket.timeout:
+    print("no CONNECTED within %.1fs" % tmo)
+except OSError as e:
+    print("socket error: %s" % (e.strerror or e))
+finally:
+    s.close()
+sys.exit(1)
+'
+
+WS_PROBE='
+import socket, sys
+host, port, tmo = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+try:
+    s = socket.create_connection((host, port), timeout=tmo)
+    s.settimeout(tmo)
+    s.sendall(("GET /ws HTTP/1.1\r\nHost: %s:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+               "Sec-WebSocket-Protocol: v12.stomp\r\n\r\n" % (host, port)).encode())
+    buf = b""
+    while b"\r\n\r\n" not in buf and len(buf) < 65536:
+        d = s.recv(4096)
+        if not d:
+            break
+        buf += d
+    s.close()
+except OSError as e:
+    print("%s" % (e.strerror or e)); sys.exit(1)
+status = buf.split(b"\r\n", 1)[0].decode("latin-1")
+if status.split(" ")[1:2] == ["101"]:
+    sys.exit(0)
+print("HTTP upgrade answered %r" % (status or "nothing")); sys.exit(1)
+'
+
+stomp_probe() { "$PY" -c "$STOMP_PROBE" "$HOST" "$1" "${2:-3}"; }
+ws_probe()    { "$PY" -c "$WS_PROBE" "$HOST" "$1" "${2:-3}"; }
+
+# wait_ready KIND PORT DEADLINE [ALIVE_FN]: retry the probe until it passes or the deadline
+# (epoch seconds) passes; ALIVE_FN, if given, aborts early when the broker process has died.
+wait_ready() {
+    local kind=$1 port=$2 deadline=$3 alive=${4:-} reason left
+    while :; do
+        left=$(awk -v d="$deadline" -v n="$(now)" 'BEGIN { l = d - n; if (l > 3) l = 3; printf "%.2f", l }')
+        if awk -v l="$left" 'BEGIN { exit !(l > 0.05) }'; then
+            if reason=$("${kind}_probe" "$port" "$left"); then return 0; fi
+        fi
+        LAST_REASON=${reason:-timed out}
+        if [ -n "$alive" ] && ! "$alive"; then LAST_REASON="broker process exited ($LAST_REASON)"; return 1; fi
+        awk -v d="$deadline" -v n="$(now)" 'BEGIN { exit !(n + 0.25 < d) }' || return 1
+        sleep 0.25
+    done
+}
+
+# ---------------------------------------------------------------------------------------------
+# Installation
+
+apt_install() {  # apt_install PACKAGE: quiet, non-interactive; `apt-get update` only when installing
+    local pkg=$1 log=$BROKERS_DIR/apt.log t0
+    if dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then return 0; fi
+    command -v apt-get >/dev/null 2>&1 || die "$pkg is not installed and apt-get is not available"
+    [ "$(id -u)" = 0 ] || [ ${#SUDO[@]} -gt 0 ] || die "$pkg is not installed; run as root (or install it)"
+    t0=$(now)
+    say "installing Debian package $pkg (apt-get update + install; log: $log)"
+    if ! { "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=300 update \
+           && "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q -y -o DPkg::Lock::Timeout=300 \
+              install "$pkg"; } >"$log" 2>&1 9>&-; then
+        tail -n 30 "$log" >&2
+        die "apt-get install $pkg failed (full log: $log)"
+    fi
+    say "installed $pkg in $(since "$t0") s"
+}
+
+# ---------------------------------------------------------------------------------------------
+# RabbitMQ
+
+ctl() { "${SUDO[@]}" rabbitmqctl "$@"; }
+
+# One rabbitmqctl call (listeners read from ranch, which reflects the open sockets; the
+# rabbit_networking table keeps a stale web-stomp entry after a plugin restart): with "pin", first pin the STOMP listeners to loopback in the node's
+# application environment (persistent: survives stop_app/start_app and plugin (re)loads until the
+# node stops); then report
+# "running plugins=<n of 2 active> stomp=<ip:port,...> ws=<ip:port,...>", "stopped" (stop_app),
+# or "booting:<phase>"; prints nothing (rabbitmqctl exits 69) when the node is down.
+rabbit_inspect() {
+    local expr pin=""
+    if [ "${1:-}" = pin ]; then
+        pin="application:set_env(rabbitmq_stomp, tcp_listeners, [{\"$HOST\", $RABBIT_PORT}], [{persistent, true}]),"
+        pin+=" application:set_env(rabbitmq_web_stomp, tcp_config, [{ip, \"$HOST\"}, {port, $RABBIT_WS_PORT}], [{persistent, true}]),"
+    fi
+    expr=$(tr '\n' ' ' <<EOF
+$pin
+Fmt = fun(any, P) -> "*:" ++ integer_to_list(P);
+         (A, P) when is_tuple(A) -> inet:ntoa(A) ++ ":" ++ integer_to_list(P);
+         (A, P) -> A ++ ":" ++ integer_to_list(P) end,
+Opts = fun(#{socket_opts := O}) -> O; (O) when is_list(O) -> O; (_) -> [] end,
+case rabbit:is_running() of
+  false -> case rabbit_boot_state:get() of stopped -> "stopped"; B -> "booting:" ++ atom_to_list(B) end;
+  true ->
+    L = [{maps:get(protocol, I, none), maps:get(port, I, 0),
+          proplists:get_value(ip, Opts(maps:get(transport_options, I, [])), any)}
+         || {_, I} <- maps:to_list(ranch:info()), maps:get(status, I, running) =:= running],
+    Act = rabbit_plugins:active(),
+    N = length([X || X <- [rabbitmq_stomp, rabbitmq_web_stomp], lists:member(X, Act)]),
+    S = [Fmt(A, P) || {rabbit_stomp_client_sup, P, A} <- L],
+    W = [Fmt(A, P) || {rabbit_web_stomp_connection_sup, P, A} <- L],
+    lists:flatten(["running plugins=", integer_to_list(N), " stomp=", lists:join(",", S),
+                   " ws=", lists:join(",", W)])
+end.
+EOF
+)
+    ctl -q eval "$expr" 2>/dev/null | tr -d '"'
+}
+
+rabbit_start_node() {
+    say "RabbitMQ node is down: rabbitmq-server -detached"
+    # Application env given on the command line applies before the plugins boot, so STOMP never
+    # binds 0.0.0.0 even when enabled_plugins already lists it.
+    local args="-rabbitmq_stomp tcp_listeners [{\"$HOST\",$RABBIT_PORT}]"
+    args+=" -rabbitmq_web_stomp tcp_config [{ip,\"$HOST\"},{port,$RABBIT_WS_PORT}]"
+    "${SUDO[@]}" env RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="$args" RABBITMQ_NODE_IP_ADDRESS="$HOST" \
+        ERL_EPMD_ADDRESS="$HOST" rabbitmq-server -detached 9>&- \
+        || die "rabbitmq-server -detached failed; see /var/log/rabbitmq/startup_err"
+}
+
+rabbit_log_tail() {
+    local f newest=""
+    for f in /var/log/rabbitmq/rabbit@*.log; do
+        [[ $f == *_upgrade.log ]] && continue
+        if [ -z "$newest" ] || [ "$f" -nt "$newest" ]; then newest=$f; fi
+    done
+    for f in $newest /var/log/rabbitmq/startup_err; do
+        [ -s "$f" ] || continue
+        echo "----- tail of $f" >&2
+        tail -n "${1:-30}" "$f" >&2
+    done
+}
+
+rabbit_fail() { say "RabbitMQ: $*"; rabbit_log_tail 40; die "RabbitMQ is not ready: $*"; }
+
+# rabbit_up DEADLINE: node running, rabbit app running, plugins active on the expected loopback ports.
+rabbit_up() {
+    local deadline=$1 state="" want_s="$HOST:$RABBIT_PORT" want_w="$HOST:$RABBIT_WS_PORT" started=0
+    command -v rabbitmqctl >/dev/null 2>&1 || apt_install rabbitmq-server
+    while :; do
+        state=$(rabbit_inspect pin || true)
+        case $state in
+            running*) break ;;
+            stopped)
+                say "RabbitMQ app is stopped: rabbitmqctl start_app"
+                ctl -q start_app >/dev/null || rabbit_fail "rabbitmqctl start_app failed" ;;
+            booting*)
+                sleep 0.5 ;;
+            *)
+                if [ $started = 0 ]; then rabbit_start_node; started=1; fi
+                sleep 1 ;;
+        esac
+        awk -v d="$deadline" -v n="$(now)" 'BEGIN { exit !(n < d) }' \
+            || rabbit_fail "node not running after ${TIMEOUT}s (last state: ${state:-node down})"
+    done
+    if [[ $state != *"plugins=2"* ]]; then
+        say "enabling rabbitmq_stomp and rabbitmq_web_stomp"
+        "${SUDO[@]}" rabbitmq-plugins -q enable rabbitmq_stomp rabbitmq_web_stomp >/dev/null \
+            || rabbit_fail "rabbitmq-plugins enable failed"
+        state=$(rabbit_inspect || true)
+    fi
+    if [[ $state != *" stomp=$want_s ws=$want_w" ]]; then
+        # Plugins were already running with other listeners (enabled before this script pinned
+        # them, or another port asked for): restart the plugins so they pick up the new env.
+        say "re-binding STOMP listeners to $want_s and $want_w (were: $state)"
+        if ! { "${SUDO[@]}" rabbitmq-plugins -q disable rabbitmq_web_stomp rabbitmq_stomp >/dev/null \
+               && "${SUDO[@]}" rabbitmq-plugins -q enable rabbitmq_stomp rabbitmq_web_stomp >/dev/null; }; then
+            rabbit_fail "rabbitmq-plugins disable/enable failed"
+        fi
+        state=$(rabbit_inspect || true)
+        [[ $state == *" stomp=$want_s ws=$want_w" ]] \
+            || rabbit_fail "listeners are '$state', wanted stomp=$want_s ws=$want_w"
+    fi
+}
+
+rabbit_wait_stomp() {
+    local deadline=$1 t0=$2
+    wait_ready stomp "$RABBIT_PORT" "$deadline" || rabbit_fail "STOMP on $HOST:$RABBIT_PORT not ready within ${TIMEOUT}s (last attempt: $LAST_REASON)"
+    wait_ready ws "$RABBIT_WS_PORT" "$deadline" || rabbit_fail "Web-STOMP on $HOST:$RABBIT_WS_PORT/ws not ready within ${TIMEOUT}s (last attempt: $LAST_REASON)"
+    printf 'rabbitmq ready  %s  (web-stomp %s)  %ss\n' "$(rabbit_url)" "$(rabbit_ws_url)" "$(since "$t0")"
+}
+
+rabbit_start() {
+    local t0 deadline; t0=$(now); deadline=$(awk -v n="$t0" -v t="$TIMEOUT" 'BEGIN { printf "%.3f", n + t }')
+    rabbit_up "$deadline"
+    rabbit_wait_stomp "$deadline" "$t0"
+}
+
+rabbit_stop() {
+    local t0; t0=$(now)
+    command -v rabbitmqctl >/dev/null 2>&1 || { say "RabbitMQ is not installed"; return 0; }
+    case $(rabbit_inspect || true) in
+        running*) ctl -q stop_app >/dev/null || die "rabbitmqctl stop_app failed"
+                  echo "rabbitmq stopped (rabbitmqctl stop_app; node still up)  $(since "$t0")s" ;;
+        stopped)  echo "rabbitmq already stopped (app stopped, node up)" ;;
+        *)        echo "rabbitmq node is not running" ;;
+    esac
+}
+
+rabbit_restart() {
+    local t0 deadline; t0=$(now); deadline=$(awk -v n="$t0" -v t="$TIMEOUT" 'BEGIN { printf "%.3f", n + t }')
+    command -v rabbitmqctl >/dev/null 2>&1 || apt_install rabbitmq-server
+    if ctl -q stop_app >/dev/null 2>&1; then
+        ctl -q start_app >/dev/null || rabbit_fail "rabbitmqctl start_app failed"
+        # The listener env set by `start` lives in the node and survives stop_app/start_app,
+        # so no re-check is needed on this fast path; fall back to the full path otherwise.
+        if wait_ready stomp "$RABBIT_PORT" "$(awk -v n="$(now)" 'BEGIN { printf "%.3f", n + 10 }')"; then
+            rabbit_wait_stomp "$deadline" "$t0"; return
+        fi
+    fi
+    rabbit_up "$deadline"
+    rabbit_wait_stomp "$deadline" "$t0"
+}
+
+rabbit_status() {
+    local state r=0 msg
+    if ! command -v rabbitmqctl >/dev/null 2>&1; then echo "rabbitmq NOT READY  (not installed)"; return 1; fi
+    if msg=$(stomp_probe "$RABBIT_PORT" 3); then
+        printf 'rabbitmq ready      %s' "$(rabbit_url)"
+    else
+        printf 'rabbitmq NOT READY  %s: %s' "$(rabbit_url)" "$msg"; r=1
+    fi
+    if msg=$(ws_probe "$RABBIT_WS_PORT" 3); then printf '  (web-stomp ready %s)' "$(rabbit_ws_url)"
+    else printf '  (web-stomp NOT READY: %s)' "$msg"; r=1; fi
+    state=$(rabbit_inspect || true)
+    printf '  [%s]\n' "${state:-node down}"
+    return $r
+}
+
+# ---------------------------------------------------------------------------------------------
+# ActiveMQ
+
+amq_write_config() {
+    mkdir -p "$AMQ_CONF" "$AMQ_DATA" "$AMQ_DIR/tmp"
+    cat >"$AMQ_XML" <<EOF
+<!-- Written by scripts/brokers.sh on every start; edit the script, not this file. -->
+<beans xmlns="http://www.springframework.org/schema/beans"
+       xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
+       xsi:schemaLocation="http://www.springframework.org/schema/beans http://www.springframework.org/schema/beans/spring-beans-2.0.xsd
+                           http://activemq.apache.org/schema/core http://activemq.apache.org/schema/core/activemq-core.xsd">
+  <broker xmlns="http://activemq.apache.org/schema/core" brokerName="stompfast"
+          persistent="false" useJmx="false" dataDirectory="$AMQ_DATA">
+    <transportConnectors>
+      <transportConnector name="stomp" uri="stomp://$HOST:$AMQ_PORT?wireFormat.maxFrameSize=104857600"/>
+      <transportConnector name="stomp+nio" uri="stomp+nio://$HOST:$AMQ_NIO_PORT?wireFormat.maxFrameSize=104857600"/>
+    </transportConnectors>
+  </broker>
+</beans>
+EOF
+    # Debian's ActiveMQ logs through log4j 1.2 (its log4j2.properties is unused): log to stdout,
+    # which goes to $AMQ_LOG.
+    cat >"$AMQ_CONF/log4j.properties" <<'EOF'
+log4j.rootLogger=INFO, out
+log4j.logger.org.apache.activemq.spring=WARN
+log4j.logger.org.springframework=WARN
+log4j.logger.org.apache.xbean=WARN
+log4j.appender.out=org.apache.log4j.ConsoleAppender
+log4j.appender.out.layout=org.apache.log4j.PatternLayout
+log4j.appender.out.layout.ConversionPattern=%d{ISO8601} | %-5p | %m | %c | %t%n
+EOF
+}
+
+# The pid of the ActiveMQ this script started: the pid file, or (if .brokers/ was wiped while it
+# ran) the java process whose command line names our config file. Prints nothing if none.
+amq_pid() {
+    local pid cmd p
+    if [ -r "$AMQ_PIDFILE" ]; then
+        pid=$(cat "$AMQ_PIDFILE" 2>/dev/null || true)
+        if [ -n "$pid" ] && cmd=$({ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null) \
+           && [[ $cmd == *"xbean:file:$AMQ_XML"* ]]; then
+            echo "$pid"; return
+        fi
+    fi
+    for p in /proc/[0-9]*; do
+        cmd=$({ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null) || continue
+        if [[ $cmd == *java*"xbean:file:$AMQ_XML"* ]]; then echo "${p#/proc/}"; return; fi
+    done
+}
+
+AMQ_RUNNING_PID=""
+amq_alive() { [ -n "$AMQ_RUNNING_PID" ] && kill -0 "$AMQ_RUNNING_PID" 2>/dev/null; }
+
+amq_log_tail() {
+    [ -s "$AMQ_LOG" ] || return 0
+    echo "----- tail of $AMQ_LOG" >&2
+    tail -n "${1:-30}" "$AMQ_LOG" >&2
+}
+
+amq_fail() { say "ActiveMQ: $*"; amq_log_tail 40; die "ActiveMQ is not ready: $*"; }
+
+amq_start() {
+    local t0 deadline pid java reason
+    t0=$(now); deadline=$(awk -v n="$t0" -v t="$TIMEOUT" 'BEGIN { printf "%.3f", n + t }')
+    pid=$(amq_pid)
+    if [ -z "$pid" ]; then
+        apt_install activemq
+        [ -r "$AMQ_JAR" ] || die "$AMQ_JAR is missing although the activemq package is installed"
+        java=$(command -v java) || die "java is not on PATH (the activemq package should have pulled it in)"
+        for port in "$AMQ_PORT" "$AMQ_NIO_PORT"; do
+            if reason=$(stomp_probe "$port" 2); then
+                die "something not started by this script already answers STOMP on $HOST:$port; stop it or set STOMPFAST_ACTIVEMQ_PORT/STOMPFAST_ACTIVEMQ_NIO_PORT"
+            elif [[ $reason != "TCP connect failed"* ]]; then
+                die "$HOST:$port is already in use ($reason); set STOMPFAST_ACTIVEMQ_PORT/STOMPFAST_ACTIVEMQ_NIO_PORT"
+            fi
+        done
+        amq_write_config
+        if [ -f "$AMQ_LOG" ] && [ "$(stat -c %s "$AMQ_LOG")" -gt 10000000 ]; then mv -f "$AMQ_LOG" "$AMQ_LOG.1"; fi
+        printf '\n===== %s brokers.sh: starting ActiveMQ (stomp %s, stomp+nio %s)\n' \
+            "$(date -u +%FT%TZ)" "$AMQ_PORT" "$AMQ_NIO_PORT" >>"$AMQ_LOG"
+        # The flags Debian's /usr/bin/activemq passes on Java > 8, then its -Dactivemq.* properties.
+        # setsid: own session, so a developer's Ctrl-C in the calling shell does not reach it.
+        # shellcheck disable=SC2086
+        (cd "$AMQ_DIR" && exec setsid "$java" $AMQ_JAVA_OPTS \
+            --add-reads=java.xml=java.logging \
+            --add-opens java.base/java.security=ALL-UNNAMED \
+            --add-opens java.base/java.net=ALL-UNNAMED \
+            --add-opens java.base/java.lang=ALL-UNNAMED \
+            --add-opens java.base/java.util=ALL-UNNAMED \
+            --add-opens java.naming/javax.naming.spi=ALL-UNNAMED \
+            --add-opens java.rmi/sun.rmi.transport.tcp=ALL-UNNAMED \
+            --add-opens java.base/java.util.concurrent=ALL-UNNAMED \
+            --add-opens java.base/java.util.concurrent.atomic=ALL-UNNAMED \
+            --add-exports=java.base/sun.net.www.protocol.http=ALL-UNNAMED \
+            --add-exports=java.base/sun.net.www.protocol.https=ALL-UNNAMED \
+            --add-exports=java.base/sun.net.www.protocol.jar=ALL-UNNAMED \
+            --add-exports=jdk.xml.dom/org.w3c.dom.html=ALL-UNNAMED \
+            --add-exports=jdk.naming.rmi/com.sun.jndi.url.rmi=ALL-UNNAMED \
+            -Djava.awt.headless=true \
+            -Djava.io.tmpdir="$AMQ_DIR/tmp" \
+            -Dlog4j.configuration="file:$AMQ_CONF/log4j.properties" \
+            -Dactivemq.classpath="$AMQ_CONF" \
+            -Dactivemq.home="$AMQ_HOME" \
+            -Dactivemq.base="$AMQ_DIR" \
+            -Dactivemq.conf="$AMQ_CONF" \
+            -Dactivemq.data="$AMQ_DATA" \
+            -jar "$AMQ_JAR" start "xbean:file:$AMQ_XML" \
+            >>"$AMQ_LOG" 2>&1 </dev/null 9>&-) &
+        pid=$!
+        echo "$pid" >"$AMQ_PIDFILE"
+        say "ActiveMQ starting (pid $pid, log $AMQ_LOG)"
+    elif [ "$(cat "$AMQ_PIDFILE" 2>/dev/null || true)" != "$pid" ]; then
+        mkdir -p "$AMQ_DIR" && echo "$pid" >"$AMQ_PIDFILE"   # found by its command line
+    fi
+    AMQ_RUNNING_PID=$pid
+    wait_ready stomp "$AMQ_PORT" "$deadline" amq_alive || amq_fail "STOMP on $HOST:$AMQ_PORT not ready within ${TIMEOUT}s (last attempt: $LAST_REASON)"
+    wait_ready stomp "$AMQ_NIO_PORT" "$deadline" amq_alive || amq_fail "stomp+nio on $HOST:$AMQ_NIO_PORT not ready within ${TIMEOUT}s (last attempt: $LAST_REASON)"
+    printf 'activemq ready  %s  (stomp+nio %s, pid %s)  %ss\n' "$(amq_url)" "$(amq_nio_url)" "$pid" "$(since "$t0")"
+}
+
+amq_stop() {
+    local t0 pid i
+    t0=$(now); pid=$(amq_pid)
+    if [ -z "$pid" ]; then
+        rm -f "$AMQ_PIDFILE"; echo "activemq not running (none started by this script)"; return 0
+    fi
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < AMQ_STOP_TIMEOUT * 10; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        say "ActiveMQ (pid $pid) ignored SIGTERM for ${AMQ_STOP_TIMEOUT}s: SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+        while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+    fi
+    rm -f "$AMQ_PIDFILE"
+    echo "activemq stopped (pid $pid)  $(since "$t0")s"
+}
+
+amq_status() {
+    local pid msg r=0 own
+    pid=$(amq_pid)
+    own=${pid:+pid $pid}
+    if msg=$(stomp_probe "$AMQ_PORT" 3); then
+        printf 'activemq ready      %s' "$(amq_url)"
+    else
+        printf 'activemq NOT READY  %s: %s' "$(amq_url)" "$msg"; r=1
+    fi
+    if msg=$(stomp_probe "$AMQ_NIO_PORT" 3); then printf '  (stomp+nio ready %s)' "$(amq_nio_url)"
+    else printf '  (stomp+nio NOT READY: %s)' "$msg"; r=1; fi
+    printf '  [%s]\n' "${own:-not started by this script}"
+    return $r
+}
+
+# ---------------------------------------------------------------------------------------------
+
+print_env() {
+    cat <<EOF
+export STOMPFAST_RABBITMQ_URL=$(rabbit_url)
+export STOMPFAST_RABBITMQ_WS_URL=$(rabbit_ws_url)
+export STOMPFAST_ACTIVEMQ_URL=$(amq_url)
+export STOMPFAST_ACTIVEMQ_NIO_URL=$(amq_nio_url)
+export STOMPFAST_BROKERS_SCRIPT=$SCRIPT
+EOF
+}
+
+# Serialize start/stop/restart (two ActiveMQs, or start_app racing stop_app, would be bad).
+# Long-lived children (java, the Erlang node, dpkg's daemons) are started with fd 9 closed.
+lock() {
+    mkdir -p "$BROKERS_DIR"
+    exec 9>"$BROKERS_DIR/lock"
+    flock -w "$((TIMEOUT + 60))" 9 || die "another brokers.sh holds $BROKERS_DIR/lock"
+}
+
+targets() {  # targets WHAT DEFAULT_FOR_ALL...
+    case ${1:-all} in
+        rabbitmq|activemq) echo "$1" ;;
+        *) shift; echo "$*" ;;
+    esac
+}
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+case ${1:-all} in rabbitmq|activemq|all) ;; *) die "unknown broker '$1' (rabbitmq, activemq or all)" ;; esac
+[ $# -le 1 ] || die "too many arguments; usage: $0 {start|stop|restart|status|env|logs} [rabbitmq|activemq|all]"
+case $cmd in
+    start)
+        lock
+        for b in $(targets "${1:-all}" rabbitmq activemq); do
+            case $b in rabbitmq) rabbit_start ;; activemq) amq_start ;; esac
+        done ;;
+    stop)
+        lock
+        for b in $(targets "${1:-all}" activemq); do
+            case $b in rabbitmq) rabbit_stop ;; activemq) amq_stop ;; esac
+        done
+        if [ "${1:-all}" = all ]; then say "RabbitMQ left running (machine-wide service); 'stop rabbitmq' stops its app"; fi ;;
+    restart)
+        lock
+        for b in $(targets "${1:-all}" rabbitmq activemq); do
+            case $b in rabbitmq) rabbit_restart ;; activemq) amq_stop >/dev/null; amq_start ;; esac
+        done ;;
+    status)
+        [ $# -eq 0 ] || die "status takes no broker argument"
+        rc=0
+        rabbit_status || rc=3
+        amq_status || rc=3
+        exit $rc ;;
+    env)
+        print_env ;;
+    logs)
+        case ${1:-all} in
+            rabbitmq) rabbit_log_tail 60 ;;
+            activemq) amq_log_tail 60 ;;
+            *) rabbit_log_tail 30; amq_log_tail 30 ;;
+        esac 2>&1 ;;
+    -h|--help|help)
+        usage ;;
+    *)
+        usage >&2; exit 2 ;;
+esac
