@@ -212,6 +212,7 @@ class AsyncClient:
         self._paused_on: Optional[AsyncSubscription] = None
         self._stalled = False
         self._scopes: List[anyio.CancelScope] = []
+        self._via_aenter = False
 
     # -- properties -------------------------------------------------------------------
 
@@ -247,11 +248,15 @@ class AsyncClient:
     # -- connect / close ----------------------------------------------------------------
 
     async def __aenter__(self) -> "AsyncClient":
+        self._via_aenter = True
         await self.connect()
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
-        await self.aclose()
+        try:
+            await self._shutdown()
+        finally:
+            await self._exit_group()
 
     async def connect(self) -> None:
         """Open the connection and the STOMP session.
@@ -295,6 +300,7 @@ class AsyncClient:
         except BaseException:
             self._state = "closed"
             # The task group must be left outside any scope entered after it.
+            self._tg = None
             tg.cancel_scope.cancel()
             await tg.__aexit__(None, None, None)
             if self._transport is not None:
@@ -321,13 +327,24 @@ class AsyncClient:
     async def aclose(self) -> None:
         """Send DISCONNECT, wait for its receipt (bounded, shielded), close the socket.
 
-        Safe to call more than once and after a failure.
+        Safe to call more than once, after a failure, and from any task (inside
+        ``async with`` the task group itself is left when the block ends).
         """
+        await self._shutdown()
+        if not self._via_aenter:  # connect() entered the group in this task: leave it here
+            await self._exit_group()
+
+    async def _exit_group(self) -> None:
+        tg, self._tg = self._tg, None
+        if tg is not None:
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+
+    async def _shutdown(self) -> None:
         if self._state in ("closing", "closed", "new"):
             self._state = "closed" if self._state == "new" else self._state
             return
         self._state = "closing"
-        tg = self._tg
         try:
             with anyio.CancelScope(shield=True):
                 if self._error is None and self._protocol.state is SessionState.CONNECTED:
@@ -340,13 +357,8 @@ class AsyncClient:
                         except StompError:
                             pass  # the connection went down while we were leaving
         finally:
-            # The task group must be left outside any scope entered after it.
-            if tg is not None:
-                tg.cancel_scope.cancel()
-                await tg.__aexit__(None, None, None)
-            with anyio.CancelScope(shield=True):
-                if self._transport is not None:
-                    await self._transport.aclose()
+            # Stop the background tasks through their own scopes: the task group
+            # is left by __aexit__ (or here, after a manual connect()).
             closed = ClientClosedError("the client is closed")
             for receipt in self._receipts.values():
                 receipt._fail(self._error or closed)
@@ -356,6 +368,11 @@ class AsyncClient:
             self._subs.clear()
             if self._error is None:
                 self._error = closed
+            for scope in self._scopes:
+                scope.cancel()
+            with anyio.CancelScope(shield=True):
+                if self._transport is not None:
+                    await self._transport.aclose()
             if self._drained is not None:
                 self._drained.set()
             self._state = "closed"
@@ -382,6 +399,13 @@ class AsyncClient:
     def _fail(self, error: BaseException) -> None:
         """Record the error that ended the connection; fail every waiter; stop the tasks."""
         if self._error is not None:
+            return
+        if self._state in ("closing", "closed"):
+            # Our own close is under way (it may be what ended the connection):
+            # only end the waits, so that close does not sit out its timeout.
+            for receipt in self._receipts.values():
+                receipt._fail(error)
+            self._receipts.clear()
             return
         self._error = error
         for receipt in self._receipts.values():
