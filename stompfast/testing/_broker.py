@@ -45,6 +45,14 @@ dropped socket) its unacked queue messages go back to the front of their queue,
 in delivery order, marked ``redelivered:true``; unacked topic copies are
 discarded with the subscription.
 
+Identifiers come from counters, so a test can predict them: sessions are
+``session-N`` (N counts connections from 1), message ids ``msg-N`` and the 1.2
+``ack`` header of a ``client``/``client-individual`` delivery is
+``<session>:N`` (unlike the message id it contains a colon, as ActiveMQ's
+does, so a client's header escaping is exercised; it changes on redelivery,
+while the message id stays). A ``receipt`` on CONNECT is ignored (STOMP 1.2:
+"Any client frame other than CONNECT MAY specify a receipt header").
+
 Closing: after an ERROR or a DISCONNECT the broker stops handling the client's
 frames, flushes its outbox, shuts down its sending side and keeps reading (and
 discarding) until the client closes or ``linger`` seconds pass, so the last
@@ -342,6 +350,7 @@ class Broker:
             "max_headers": max_headers,
             "max_header_bytes": max_header_bytes,
         }
+        FrameScanner(**self._limits)  # type: ignore[arg-type]  # invalid limits fail here, not per connection
         self._record = record
         self._received: Deque[Frame] = deque(maxlen=record_limit)
         self._port: Optional[int] = None
@@ -378,7 +387,9 @@ class Broker:
             raise RuntimeError("a Broker can be started only once")
         self._started = True
         self._loop_thread = threading.get_ident()
-        self._listener = await anyio.create_tcp_listener(local_host=self.host, local_port=self._requested_port)
+        self._listener = await anyio.create_tcp_listener(
+            local_host=self.host, local_port=self._requested_port
+        )
         self._port = self._listener.extra(SocketAttribute.local_port)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
@@ -400,7 +411,11 @@ class Broker:
     @classmethod
     @contextlib.contextmanager
     def in_thread(
-        cls, *args: Any, backend: str = "asyncio", backend_options: Optional[Dict[str, Any]] = None, **kwargs: Any
+        cls,
+        *args: Any,
+        backend: str = "asyncio",
+        backend_options: Optional[Dict[str, Any]] = None,
+        **kwargs: Any,
     ) -> Iterator["Broker"]:
         """Run a broker in a thread with its own event loop; yields the started broker.
 
@@ -710,11 +725,18 @@ class Broker:
     async def _serve_connection(self, stream: Any) -> None:
         self._counts["accepted"] += 1
         if self._refuse > 0 or self._closed:
-            self._refuse -= 1
+            if self._refuse > 0:
+                self._refuse -= 1
             self._counts["refused"] += 1
             await self._aclose(stream)
             return
-        scanner = FrameScanner(version=self.versions[-1], **self._limits)
+        limits = self._limits
+        scanner = FrameScanner(
+            version=self.versions[-1],
+            max_frame_bytes=limits["max_frame_bytes"],
+            max_headers=limits["max_headers"],
+            max_header_bytes=limits["max_header_bytes"],
+        )
         conn = _Connection(stream, scanner, next(self._conn_counter))
         try:
             async with anyio.create_task_group() as tg:
@@ -800,8 +822,8 @@ class Broker:
                     await conn.wake.wait()
                 if conn.wake.is_set():
                     conn.wake = anyio.Event()
-                elif conn.hb_out and not self._stopped_heartbeats and not conn.outbox and conn.closing is None:
-                    conn.outbox += b"\n"
+                elif conn.hb_out and not self._stopped_heartbeats and conn.closing is None:
+                    conn.outbox += b"\n"  # nothing written for a whole interval: a heart-beat
                     self._counts["heartbeats_out"] += 1
         except _IO_ERRORS:
             self._close(conn, "abort")
@@ -815,9 +837,15 @@ class Broker:
         conn.wake.set()
         return True
 
-    def _send(self, conn: _Connection, command: str, headers: Sequence[Tuple[str, str]], body: bytes = b"") -> None:
+    def _send(self, conn: _Connection, command: str, headers: Sequence[Tuple[str, str]],
+              body: bytes = b"") -> None:
         if conn.closing is not None:
             return
+        self._frames_out[command] += 1
+        self._write(conn, self._encode(conn, command, headers, body))
+
+    @staticmethod
+    def _encode(conn: _Connection, command: str, headers: Sequence[Tuple[str, str]], body: bytes) -> bytes:
         version = conn.version or "1.2"
         try:
             data = encode_frame(command, headers, body, version=version)
@@ -833,8 +861,7 @@ class Broker:
 
             headers = [(clean(k, True) or "_", clean(v, False)) for k, v in headers]
             data = encode_frame(command, headers, body, version=version)
-        self._frames_out[command] += 1
-        self._write(conn, data)
+        return data
 
     def _error(self, conn: _Connection, message: str, body: str = "", receipt: Optional[str] = None,
                headers: Sequence[Tuple[str, str]] = ()) -> None:
@@ -933,7 +960,9 @@ class Broker:
             self._close(conn)
             return
         if command == "DISCONNECT":
-            # STOMP 1.2 DISCONNECT: the receipt confirms every earlier frame was received; then close
+            # STOMP 1.2 DISCONNECT: the receipt confirms every earlier frame was received; then close.
+            # The session ends first, so nothing is delivered during a delayed receipt.
+            self._end_session(conn)
             if receipt is not None and not self._withhold and self._receipt_delay:
                 await anyio.sleep(self._receipt_delay)
             self._receipt(conn, receipt, delayed_ok=False)
@@ -1032,7 +1061,8 @@ class Broker:
             raise _Violation("Duplicate subscription", f"Already subscribed to '{destination}' without id.\n")
         ack = frame.headers.get("ack", "auto")
         if ack not in _ACK_MODES:
-            raise _Violation("Invalid ack mode", f"ack must be one of {', '.join(_ACK_MODES)}; got '{ack}'.\n")
+            raise _Violation("Invalid ack mode",
+                             f"ack must be one of {', '.join(_ACK_MODES)}; got '{ack}'.\n")
         prefetch = 0
         for name in ("prefetch-count", "activemq.prefetchSize"):
             value = frame.headers.get(name)
@@ -1205,11 +1235,7 @@ class Broker:
         headers.extend(message.headers)
         if self._cut_next_message:
             self._cut_next_message = False
-            version = conn.version or "1.2"
-            try:
-                data = encode_frame("MESSAGE", headers, message.body, version=version)
-            except LocalProtocolError:
-                data = b"MESSAGE\ndestination:" + message.destination.encode() + b"\n\n" + message.body + b"\0"
+            data = self._encode(conn, "MESSAGE", headers, message.body)
             self._frames_out["MESSAGE"] += 1
             self._write(conn, data[: len(data) // 2])
             if delivery is None:
@@ -1226,7 +1252,7 @@ class Broker:
             del sub.conn.by_message_id[delivery.message.id]
 
     def _settle(self, command: str, delivery: _Delivery) -> None:
-        """ACK or NACK one delivery (``client`` mode: it and every earlier unacked one of its subscription)."""
+        """ACK or NACK a delivery (``client`` mode: and every earlier unacked one of its subscription)."""
         sub = delivery.sub
         if sub.ack == "client":
             # STOMP 1.2: client-mode ACK "operates on the message specified in the ACK frame and all

@@ -58,7 +58,10 @@ async def stomp_broker(request: pytest.FixtureRequest, anyio_backend: Any) -> As
     """A started in-process STOMP broker in the test's event loop (anyio tests)."""
     from stompfast.testing import Broker
 
-    async with Broker(**_options(request)) as broker:
+    options = _options(request)
+    options.pop("backend", None)  # those choose the thread fixture's event loop; here it is the test's
+    options.pop("backend_options", None)
+    async with Broker(**options) as broker:
         yield broker
 
 
