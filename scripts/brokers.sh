@@ -436,9 +436,17 @@ amq_start() {
         apt_install activemq
         [ -r "$AMQ_JAR" ] || die "$AMQ_JAR is missing although the activemq package is installed"
         java=$(command -v java) || die "java is not on PATH (the activemq package should have pulled it in)"
+        # A broker another checkout of this repository started (same ports, its own
+        # .brokers/) is reused rather than fought over: what the tests need is a STOMP
+        # broker that answers on these ports.
+        if stomp_probe "$AMQ_PORT" 2 >/dev/null && stomp_probe "$AMQ_NIO_PORT" 2 >/dev/null; then
+            printf 'activemq ready  %s  (stomp+nio %s, not started by this script: reused)  %ss\n' \
+                "$(amq_url)" "$(amq_nio_url)" "$(since "$t0")"
+            return 0
+        fi
         for port in "$AMQ_PORT" "$AMQ_NIO_PORT"; do
             if reason=$(stomp_probe "$port" 2); then
-                die "something not started by this script already answers STOMP on $HOST:$port; stop it or set STOMPFAST_ACTIVEMQ_PORT/STOMPFAST_ACTIVEMQ_NIO_PORT"
+                die "something not started by this script answers STOMP on $HOST:$port but not on both ports; stop it or set STOMPFAST_ACTIVEMQ_PORT/STOMPFAST_ACTIVEMQ_NIO_PORT"
             elif [[ $reason != "TCP connect failed"* ]]; then
                 die "$HOST:$port is already in use ($reason); set STOMPFAST_ACTIVEMQ_PORT/STOMPFAST_ACTIVEMQ_NIO_PORT"
             fi
