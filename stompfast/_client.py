@@ -213,6 +213,8 @@ class AsyncClient:
         self._stalled = False
         self._scopes: List[anyio.CancelScope] = []
         self._via_aenter = False
+        self._beating = False  # a heart-beat sender runs: note when we last wrote
+        self._watching = False  # a liveness watch runs: note when we last read
 
     # -- properties -------------------------------------------------------------------
 
@@ -293,6 +295,7 @@ class AsyncClient:
             self._background(self._reader(leftover), "stompfast-reader")
             self._background(self._writer(), "stompfast-writer")
             send_ms, receive_ms = self._protocol.heart_beat
+            self._beating, self._watching = bool(send_ms), bool(receive_ms)
             if send_ms:
                 self._background(self._heartbeat_sender(send_ms / 1000.0), "stompfast-heartbeat")
             if receive_ms:
@@ -468,7 +471,8 @@ class AsyncClient:
                     self._drained.set()
                     self._drained = None
                 await transport.send(data)
-                self._last_sent = anyio.current_time()
+                if self._beating:
+                    self._last_sent = anyio.current_time()
         except ConnectionLostError as exc:
             self._fail(exc)
 
@@ -525,7 +529,8 @@ class AsyncClient:
                     raise ConnectionLostError(
                         f"{self.endpoint.host}:{self.endpoint.port} closed the connection{cut}"
                     )
-                self._last_received = anyio.current_time()
+                if self._watching:
+                    self._last_received = anyio.current_time()
                 try:
                     events = protocol.receive_data(data)
                 except RemoteProtocolError as exc:
@@ -644,18 +649,23 @@ class AsyncClient:
         """
         if self._error is not None or self._state != "open":
             self._check_open()
-        if isinstance(body, str):
-            body = body.encode("utf-8")
-            if content_type is None:
-                content_type = TEXT_CONTENT_TYPE
-        elif not isinstance(body, bytes):
-            if not isinstance(body, (bytearray, memoryview)):
+        if type(body) is not bytes:
+            if isinstance(body, str):
+                body = body.encode("utf-8")
+                if content_type is None:
+                    content_type = TEXT_CONTENT_TYPE
+            elif isinstance(body, (bytes, bytearray, memoryview)):
+                body = bytes(body)
+            else:
                 raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
-            body = bytes(body)
         data, receipt_id = self._protocol.send(destination, body, headers, content_type=content_type, receipt=receipt)
         if receipt_id is None:
-            if self._out_bytes < self._send_buffer_bytes:
-                self._queue(data)
+            if self._out_bytes < self._send_buffer_bytes:  # _queue, inlined: this is the hot path
+                out = self._out
+                out.append(data)
+                self._out_bytes += len(data)
+                if len(out) == 1:
+                    self._wakeup.set()
             else:
                 await self._write(data)
             return None

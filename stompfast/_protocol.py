@@ -95,6 +95,13 @@ TRANSITIONS: Dict[Tuple[SessionState, str], SessionState] = {
 }
 del S
 
+#: what may happen in each state: ``_check`` is one set lookup on the hot path
+_ALLOWED: Dict[SessionState, frozenset] = {
+    state: frozenset(what for (s, what) in TRANSITIONS if s is state) for state in SessionState
+}
+#: encoded SEND heads kept per (destination, content-type) before the cache is cleared
+_SEND_HEADS_MAX = 1024
+
 
 # -- events -------------------------------------------------------------------------
 
@@ -308,6 +315,9 @@ class StompProtocol:
         self.connect_headers = dict(connect_headers or {})
         self.use_stomp_command = use_stomp_command
         self.state = SessionState.IDLE
+        self._send_heads: Dict[Tuple[str, Optional[str]], bytes] = {}
+        self._last_length = -1
+        self._length_line = b""
         self.version: Optional[str] = None
         self.server: Optional[str] = None
         self.session: Optional[str] = None
@@ -331,6 +341,16 @@ class StompProtocol:
 
     # -- state -------------------------------------------------------------------
 
+    @property
+    def state(self) -> SessionState:
+        """Where the session is in :data:`TRANSITIONS`."""
+        return self._state
+
+    @state.setter
+    def state(self, state: SessionState) -> None:
+        self._state = state
+        self._allowed = _ALLOWED[state]
+
     def _move(self, what: str) -> None:
         try:
             self.state = TRANSITIONS[(self.state, what)]
@@ -343,7 +363,7 @@ class StompProtocol:
             raise LocalProtocolError(f"cannot send {what} while the session is {self.state.value}") from None
 
     def _check(self, what: str) -> None:
-        if (self.state, what) not in TRANSITIONS:
+        if what not in self._allowed:
             raise LocalProtocolError(f"cannot send {what} while the session is {self.state.value}")
 
     def _encode(self, command: str, headers: Any, body: bytes = b"") -> bytes:
@@ -389,7 +409,21 @@ class StompProtocol:
         transaction: Optional[str] = None,
     ) -> Tuple[bytes, Optional[str]]:
         """A SEND frame; returns ``(bytes, receipt_id or None)``."""
-        self._check("SEND")
+        if "SEND" not in self._allowed:
+            self._check("SEND")
+        if not headers and not receipt and transaction is None:
+            # The common SEND: its head is encoded once per destination and content
+            # type; the same bytes encode_frame would build, in the same order.
+            head = self._send_heads.get((destination, content_type))
+            if head is None:
+                head = self._send_head(destination, content_type)
+            if body:
+                n = len(body)
+                if n != self._last_length:  # messages of one size in a row reuse the line
+                    self._last_length = n
+                    self._length_line = b"content-length:%d\n\n" % n
+                return b"".join((head, self._length_line, body, b"\0")), None
+            return head + b"\n\0", None
         h: Dict[str, Any] = {"destination": destination}
         if content_type is not None:
             h["content-type"] = content_type
@@ -405,6 +439,16 @@ class StompProtocol:
                 if name not in h:
                     h[name] = value
         return self._encode("SEND", h, body), receipt_id
+
+    def _send_head(self, destination: str, content_type: Optional[str]) -> bytes:
+        h = {"destination": destination}
+        if content_type is not None:
+            h["content-type"] = content_type
+        head = self._encode("SEND", h)[:-2]  # "SEND\n...\n" without the blank line and NUL
+        if len(self._send_heads) >= _SEND_HEADS_MAX:
+            self._send_heads.clear()
+        self._send_heads[(destination, content_type)] = head
+        return head
 
     def subscribe(
         self,
@@ -497,7 +541,8 @@ class StompProtocol:
         of the MESSAGE being acknowledged"; 1.1: message-id and subscription; 1.0:
         message-id.
         """
-        self._check("ACK")
+        if "ACK" not in self._allowed:
+            self._check("ACK")
         h = self._ack_headers("ACK", message, transaction)
         receipt_id = None
         if receipt:

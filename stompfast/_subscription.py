@@ -186,7 +186,18 @@ class AsyncSubscription:
             if message._seq <= self._acked:
                 return
             self._acked = message._seq
-        await self._client._ack("ACK", message, transaction, receipt)
+        client = self._client
+        if (
+            not receipt
+            and transaction is None
+            and client._error is None
+            and client._state == "open"
+            and client._out_bytes < client._send_buffer_bytes
+        ):  # the common ack: encode and queue, no await needed
+            data, _ = client._protocol.ack(message)
+            client._queue(data)
+            return
+        await client._ack("ACK", message, transaction, receipt)
 
     async def nack_message(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False) -> None:
         """Refuse ``message`` (the broker redelivers or dead-letters it); cumulative in ``client`` mode."""

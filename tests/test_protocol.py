@@ -414,3 +414,24 @@ def test_rabbitmq_1_0_sessions_are_framed_with_1_1_escaping():
     # any other 1.0 broker: no escaping at all
     other = connected("1.0")
     assert b"k:a:b\\c\n" in other.send("/q", b"", {"k": "a:b\\c"})[0]
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+@pytest.mark.parametrize("content_type", [None, "text/plain;charset=utf-8"])
+@pytest.mark.parametrize("body", [b"", b"x", b"\x00" * 300])
+def test_the_cached_send_head_builds_exactly_what_encode_frame_builds(version, content_type, body):
+    p = connected(version)
+    for _ in range(2):  # built, then taken from the cache
+        data, receipt = p.send("/queue/a:b", body, content_type=content_type)
+        headers = {"destination": "/queue/a:b"}
+        if content_type:
+            headers["content-type"] = content_type
+        assert data == encode_frame("SEND", headers, body, version=version)
+        assert receipt is None
+
+
+def test_send_head_cache_is_bounded():
+    p = connected()
+    for i in range(3000):
+        p.send(f"/queue/{i}", b"x")
+    assert len(p._send_heads) <= 1024
