@@ -373,6 +373,18 @@ class StompProtocol:
         self._receipts += 1
         return f"r{self._receipts}"
 
+    def _finish(self, h: Dict[str, Any], receipt: bool, extra: Optional[Mapping[str, Any]] = None) -> Optional[str]:
+        """Add a ``receipt`` header if asked, then the caller's headers (never overriding ours)."""
+        receipt_id = None
+        if receipt:
+            receipt_id = self._receipt_id()
+            h["receipt"] = receipt_id
+        if extra:
+            for name, value in extra.items():
+                if name not in h:
+                    h[name] = value
+        return receipt_id
+
     # -- outbound ----------------------------------------------------------------
 
     def connect(self) -> bytes:
@@ -430,14 +442,7 @@ class StompProtocol:
         if transaction is not None:
             self._check_transaction(transaction)
             h["transaction"] = transaction
-        receipt_id = None
-        if receipt:
-            receipt_id = self._receipt_id()
-            h["receipt"] = receipt_id
-        if headers:
-            for name, value in headers.items():
-                if name not in h:
-                    h[name] = value
+        receipt_id = self._finish(h, receipt, headers)
         return self._encode("SEND", h, body), receipt_id
 
     def _send_head(self, destination: str, content_type: Optional[str]) -> bytes:
@@ -471,14 +476,7 @@ class StompProtocol:
         elif id in self._subscriptions:
             raise LocalProtocolError(f"subscription id {id!r} is already in use on this connection")
         h: Dict[str, Any] = {"destination": destination, "id": id, "ack": ack}
-        receipt_id = None
-        if receipt:
-            receipt_id = self._receipt_id()
-            h["receipt"] = receipt_id
-        if headers:
-            for name, value in headers.items():
-                if name not in h:
-                    h[name] = value
+        receipt_id = self._finish(h, receipt, headers)
         data = self._encode("SUBSCRIBE", h)
         self._subscriptions[id] = ack
         return data, id, receipt_id
@@ -488,14 +486,9 @@ class StompProtocol:
         self._check("UNSUBSCRIBE")
         if subscription not in self._subscriptions:
             raise LocalProtocolError(f"no subscription {subscription!r} on this connection")
-        h: Dict[str, str] = {"id": subscription}
-        if self.version == "1.0":
-            # STOMP 1.0 names the subscription by destination or id; id works on both brokers.
-            h = {"id": subscription}
-        receipt_id = None
-        if receipt:
-            receipt_id = self._receipt_id()
-            h["receipt"] = receipt_id
+        # STOMP 1.0 names the subscription by destination or id; id works on every broker.
+        h: Dict[str, Any] = {"id": subscription}
+        receipt_id = self._finish(h, receipt)
         data = self._encode("UNSUBSCRIBE", h)
         del self._subscriptions[subscription]
         return data, receipt_id
@@ -544,10 +537,7 @@ class StompProtocol:
         if "ACK" not in self._allowed:
             self._check("ACK")
         h = self._ack_headers("ACK", message, transaction)
-        receipt_id = None
-        if receipt:
-            receipt_id = self._receipt_id()
-            h["receipt"] = receipt_id
+        receipt_id = self._finish(h, receipt)
         return self._encode("ACK", h), receipt_id
 
     def nack(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False) -> Tuple[bytes, Optional[str]]:
@@ -556,10 +546,7 @@ class StompProtocol:
         if self.version == "1.0":
             raise LocalProtocolError("NACK does not exist in STOMP 1.0; this session is 1.0")
         h = self._ack_headers("NACK", message, transaction)
-        receipt_id = None
-        if receipt:
-            receipt_id = self._receipt_id()
-            h["receipt"] = receipt_id
+        receipt_id = self._finish(h, receipt)
         return self._encode("NACK", h), receipt_id
 
     def _check_transaction(self, transaction: str) -> None:
@@ -574,11 +561,8 @@ class StompProtocol:
             transaction = f"tx{self._next_tx}"
         elif transaction in self._transactions:
             raise LocalProtocolError(f"transaction {transaction!r} is already open")
-        h = {"transaction": transaction}
-        receipt_id = None
-        if receipt:
-            receipt_id = self._receipt_id()
-            h["receipt"] = receipt_id
+        h: Dict[str, Any] = {"transaction": transaction}
+        receipt_id = self._finish(h, receipt)
         data = self._encode("BEGIN", h)
         self._transactions.add(transaction)
         return data, transaction, receipt_id
@@ -586,11 +570,8 @@ class StompProtocol:
     def _end(self, command: str, transaction: str, receipt: bool) -> Tuple[bytes, Optional[str]]:
         self._check(command)
         self._check_transaction(transaction)
-        h = {"transaction": transaction}
-        receipt_id = None
-        if receipt:
-            receipt_id = self._receipt_id()
-            h["receipt"] = receipt_id
+        h: Dict[str, Any] = {"transaction": transaction}
+        receipt_id = self._finish(h, receipt)
         data = self._encode(command, h)
         self._transactions.discard(transaction)
         return data, receipt_id
@@ -616,12 +597,8 @@ class StompProtocol:
     def disconnect(self, *, receipt: bool = True) -> Tuple[bytes, Optional[str]]:
         """The DISCONNECT frame; with ``receipt`` the broker confirms it has seen everything."""
         self._check("DISCONNECT")
-        h: Dict[str, str] = {}
-        receipt_id = None
-        if receipt:
-            receipt_id = self._receipt_id()
-            h["receipt"] = receipt_id
-            self.disconnect_receipt = receipt_id
+        h: Dict[str, Any] = {}
+        receipt_id = self.disconnect_receipt = self._finish(h, receipt)
         data = self._encode("DISCONNECT", h)
         self._move("DISCONNECT")
         return data, receipt_id
