@@ -443,6 +443,24 @@ class AsyncClient:
         if len(out) == 1:
             self._wakeup.set()
 
+    def _flush_now(self) -> None:
+        """Write everything queued from the calling task, if the transport can take it at once.
+
+        Used just before a task blocks on a receipt: the frames would otherwise
+        wait for the writer task's turn (a wake-up and an event-loop iteration per
+        round trip). Bursts of sends without receipts are still coalesced.
+        """
+        out = self._out
+        if out and self._transport is not None and self._error is None:
+            if self._transport.try_write(out[0] if len(out) == 1 else b"".join(out)):
+                out.clear()
+                self._out_bytes = 0
+                if self._drained is not None:
+                    self._drained.set()
+                    self._drained = None
+                if self._beating:
+                    self._last_sent = anyio.current_time()
+
     async def _write(self, data: bytes) -> None:
         if self._out_bytes >= self._send_buffer_bytes:
             while self._out_bytes >= self._send_buffer_bytes and self._error is None:
@@ -672,6 +690,7 @@ class AsyncClient:
         pending = self._register(receipt_id)
         await self._write(data)
         if wait:
+            self._flush_now()
             await pending.wait()
         return pending
 
@@ -695,6 +714,7 @@ class AsyncClient:
         probe = self._register(receipt_id)
         await self._write(data)
         pending.append(probe)
+        self._flush_now()
         await self.wait_receipts(pending)
 
     def subscribe(
@@ -753,6 +773,7 @@ class AsyncClient:
             return
         pending = self._register(receipt_id)
         await self._write(data)
+        self._flush_now()
         await pending.wait()
 
     async def ack(self, message: Message, *, receipt: bool = False) -> None:

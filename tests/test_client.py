@@ -256,17 +256,30 @@ async def test_a_burst_of_sends_is_coalesced_into_few_socket_writes():
         async with make(broker) as c:
             writes = []
             transport = c._transport
-            stream = transport._stream
+            if hasattr(transport, "_stream"):  # the anyio stream (trio)
+                stream = transport._stream
 
-            class CountingStream:  # the real socket stream, with its writes counted
-                async def send(self, data):
-                    writes.append(len(data))
-                    await stream.send(data)
+                class CountingStream:  # the real socket stream, with its writes counted
+                    async def send(self, data):
+                        writes.append(len(data))
+                        await stream.send(data)
 
-                def __getattr__(self, name):
-                    return getattr(stream, name)
+                    def __getattr__(self, name):
+                        return getattr(stream, name)
 
-            transport._stream = CountingStream()
+                transport._stream = CountingStream()
+            else:  # the asyncio transport
+                raw = transport._transport
+
+                class CountingTransport:  # the real asyncio transport, with its writes counted
+                    def write(self, data):
+                        writes.append(len(data))
+                        raw.write(data)
+
+                    def __getattr__(self, name):
+                        return getattr(raw, name)
+
+                transport._transport = CountingTransport()
             for i in range(1000):
                 await c.send("/queue/a", b"x" * 100)
             with anyio.fail_after(WAIT):
