@@ -16,6 +16,8 @@ client's own task group with up to four tasks, and nothing else:
   the writer when the list goes from empty to non-empty, so a burst of sends
   becomes one socket write. Frames are written when the sending task next
   yields to the event loop (any ``await`` that waits) or the buffer is full;
+  a task about to wait for a receipt writes what is queued itself when the
+  transport can take it at once (asyncio), saving the writer's turn;
 * **heart-beat sender**: writes an EOL whenever nothing was written for half
   the negotiated interval, checking every quarter interval, so the broker sees
   at most about 0.75 interval of silence;
