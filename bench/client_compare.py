@@ -1071,7 +1071,7 @@ def print_cprofile(path: str, n: int, top: int) -> None:
 
     st = pstats.Stats(path)
     rows = []
-    for (fname, line, func), (cc, nc, tt, ct, _) in st.stats.items():  # type: ignore[attr-defined]
+    for (fname, line, func), (_cc, nc, tt, ct, _) in st.stats.items():  # type: ignore[attr-defined]
         rows.append((tt, ct, nc, "%s:%d(%s)" % (_short(fname), line, func)))
     total = sum(r[0] for r in rows)
     print("cProfile of the timed part: %.3f s of profiled time, %d messages (%.2f us/msg under the profiler)"

@@ -61,7 +61,6 @@ from .errors import (
     FlowControlError,
     HeartbeatTimeout,
     RemoteProtocolError,
-    ServerError,
     StompError,
     TransactionError,
 )

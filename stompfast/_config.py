@@ -12,7 +12,7 @@ Artemis ignore it, so a plain ``stomp://127.0.0.1:61613`` works on all three
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
+from typing import Any, Optional
 from urllib.parse import unquote, urlsplit
 
 from .errors import ConfigurationError

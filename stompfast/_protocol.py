@@ -323,6 +323,7 @@ class StompProtocol:
         self.session: Optional[str] = None
         self.heart_beat: Tuple[int, int] = (0, 0)
         self._wire_version = "1.0"  # the escaping rules of what we send (see ESCAPING_ON_1_0)
+        self._ack_header = False
         # Before negotiation, header values are read with 1.0 rules and CONNECTED
         # is never unescaped anyway.
         self._scanner = FrameScanner(
@@ -642,7 +643,8 @@ class StompProtocol:
                     self.state = SessionState.FAILED
                     raise RemoteProtocolError(f"the broker sent a MESSAGE without a subscription header: {frame!r}")
                 message_id = headers.get("message-id")
-                append(Message(frame, subscription, message_id, headers.get("ack", message_id) if self.version == "1.2" else message_id, self))
+                ack_id = headers.get("ack", message_id) if self._ack_header else message_id
+                append(Message(frame, subscription, message_id, ack_id, self))
             elif command == "RECEIPT":
                 self._move("<RECEIPT")
                 receipt_id = frame[1].get("receipt-id")
@@ -675,6 +677,7 @@ class StompProtocol:
                 f"the broker chose STOMP {version}, which we did not offer ({', '.join(self.versions)})"
             )
         self.version = version
+        self._ack_header = version == "1.2"  # STOMP 1.2 acks name the MESSAGE's ack header
         self.server = headers.get("server")
         send_rules = read_rules = version
         if version == "1.0" and self.server:

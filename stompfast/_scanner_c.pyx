@@ -24,7 +24,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.string cimport memchr, memcmp, memcpy, memmove
+from libc.string cimport memchr, memcpy, memmove
 
 from .errors import ConfigurationError, LimitExceededError, LocalProtocolError, RemoteProtocolError
 from .frames import COMMANDS, Frame

@@ -280,7 +280,7 @@ async def test_a_burst_of_sends_is_coalesced_into_few_socket_writes():
                         return getattr(raw, name)
 
                 transport._transport = CountingTransport()
-            for i in range(1000):
+            for _ in range(1000):
                 await c.send("/queue/a", b"x" * 100)
             with anyio.fail_after(WAIT):
                 await c.flush()
@@ -443,7 +443,7 @@ async def test_receipt_blocked_by_an_unread_full_subscription_fails_with_flow_co
     async with Broker() as broker:
         async with make(broker, stall_timeout=0.3) as c:
             async with c.subscribe("/queue/flood", buffer_size=3) as sub:
-                for i in range(200):
+                for _ in range(200):
                     broker.publish("/queue/flood", b"x" * 1000)
                 with anyio.fail_after(WAIT):
                     while sub.pending < 3:
@@ -537,7 +537,7 @@ async def test_a_slow_consumer_never_causes_a_false_heartbeat_timeout():
     async with Broker(heart_beat=(100, 100)) as broker:
         async with make(broker, heart_beat=(100, 100), heartbeat_tolerance=2) as c:
             async with c.subscribe("/queue/a", buffer_size=2) as sub:
-                for i in range(20):
+                for _ in range(20):
                     broker.publish("/queue/a", b"x" * 100_000)
                 await anyio.sleep(1.0)  # nobody reads for 10 intervals
                 for _ in range(20):
