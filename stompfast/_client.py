@@ -39,6 +39,7 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import anyio
+import sniffio
 
 from ._config import Endpoint, check_positive, parse_url
 from ._protocol import (
@@ -51,7 +52,7 @@ from ._protocol import (
     StompProtocol,
 )
 from ._subscription import DEFAULT_BUFFER_SIZE, AsyncSubscription, _copy
-from ._transport import READ_SIZE, Transport, open_transport
+from ._transport import READ_SIZE, AsyncioTransport, Transport, _describe, open_transport
 from .errors import (
     ClientClosedError,
     ConfigurationError,
@@ -74,19 +75,26 @@ class Receipt:
     """A frame's confirmation from the broker, awaited with ``await receipt``.
 
     Many can be outstanding at once; :meth:`AsyncClient.wait_receipts` awaits a
-    group, :meth:`AsyncClient.flush` everything sent so far.
+    group, :meth:`AsyncClient.flush` everything sent so far. Any number of tasks
+    may wait on one receipt; cancelling one waiter does not disturb the others.
     """
 
-    __slots__ = ("receipt_id", "_event", "_error")
+    __slots__ = ("receipt_id", "_done", "_error", "_waiters", "_loop")
 
-    def __init__(self, receipt_id: str) -> None:
+    def __init__(self, receipt_id: str, loop: Any = None) -> None:
         self.receipt_id = receipt_id
-        self._event = anyio.Event()
+        self._done = False
         self._error: Optional[BaseException] = None
+        # Created only when a task actually waits: a pipelined receipt that is
+        # confirmed before anybody awaits it costs no synchronisation object.
+        # On asyncio (``loop`` given) waiters are bare loop futures, elsewhere
+        # anyio Events: an anyio.Event looks the backend up on every construction.
+        self._waiters: Optional[List[Any]] = None
+        self._loop = loop
 
     def done(self) -> bool:
         """True once the RECEIPT arrived or the wait failed."""
-        return self._event.is_set()
+        return self._done
 
     @property
     def error(self) -> Optional[BaseException]:
@@ -94,7 +102,27 @@ class Receipt:
 
     async def wait(self) -> "Receipt":
         """Wait for the RECEIPT; raise what made it impossible (ServerError, ConnectionLostError...)."""
-        await self._event.wait()
+        if not self._done:
+            waiters = self._waiters
+            if waiters is None:
+                waiters = self._waiters = []
+            loop = self._loop
+            if loop is not None:
+                waiter = loop.create_future()
+                waiters.append(waiter)
+                try:
+                    await waiter
+                finally:
+                    if not self._done:  # cancelled: forget this waiter only
+                        waiters.remove(waiter)
+            else:
+                event = anyio.Event()
+                waiters.append(event)
+                try:
+                    await event.wait()
+                finally:
+                    if not self._done:
+                        waiters.remove(event)
         if self._error is not None:
             raise _copy(self._error)
         return self
@@ -103,15 +131,26 @@ class Receipt:
         return self.wait().__await__()
 
     def _set(self) -> None:
-        self._event.set()
+        if self._done:
+            return
+        self._done = True
+        waiters = self._waiters
+        if waiters:
+            if self._loop is not None:
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+            else:
+                for event in waiters:
+                    event.set()
 
     def _fail(self, error: BaseException) -> None:
-        if not self._event.is_set():
+        if not self._done:
             self._error = error
-            self._event.set()
+            self._set()
 
     def __repr__(self) -> str:
-        state = "pending" if not self.done() else ("failed" if self._error else "confirmed")
+        state = "pending" if not self._done else ("failed" if self._error else "confirmed")
         return f"<Receipt {self.receipt_id!r} {state}>"
 
 
@@ -208,6 +247,7 @@ class AsyncClient:
         self._out_bytes = 0
         self._wakeup = anyio.Event()
         self._drained: Optional[anyio.Event] = None
+        self._loop: Any = None  # the asyncio loop (None on trio): receipts wait on its futures
         self._last_sent = 0.0
         self._last_received = 0.0
         self._paused_on: Optional[AsyncSubscription] = None
@@ -216,6 +256,8 @@ class AsyncClient:
         self._via_aenter = False
         self._beating = False  # a heart-beat sender runs: note when we last wrote
         self._watching = False  # a liveness watch runs: note when we last read
+        self._push = False  # asyncio: frames are dispatched from data_received, no reader task
+        self._stall_handle: Any = None
 
     # -- properties -------------------------------------------------------------------
 
@@ -274,6 +316,10 @@ class AsyncClient:
             raise ClientClosedError("an AsyncClient connects once; create a new one to connect again")
         self._state = "connecting"
         ep = self.endpoint
+        if sniffio.current_async_library() == "asyncio":
+            import asyncio
+
+            self._loop = asyncio.get_running_loop()
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -293,7 +339,7 @@ class AsyncClient:
             now = anyio.current_time()
             self._last_sent = self._last_received = now
             self._state = "open"
-            self._background(self._reader(leftover), "stompfast-reader")
+            self._start_reading(leftover)
             self._background(self._writer(), "stompfast-writer")
             send_ms, receive_ms = self._protocol.heart_beat
             self._beating, self._watching = bool(send_ms), bool(receive_ms)
@@ -423,6 +469,9 @@ class AsyncClient:
         self._wakeup.set()
         for scope in self._scopes:
             scope.cancel()
+        if self._push:  # no reader task to close the socket on its way out
+            self._unpause()
+            self._transport.close_now()  # type: ignore[union-attr]
 
     def _check_open(self) -> None:
         if self._error is not None:
@@ -461,6 +510,15 @@ class AsyncClient:
                     self._drained = None
                 if self._beating:
                     self._last_sent = anyio.current_time()
+
+    def _write_now(self, data: bytes) -> bool:
+        """Write ``data`` from the calling task if the transport takes it at once (asyncio)."""
+        transport = self._transport
+        if transport is None or self._error is not None or not transport.try_write(data):
+            return False
+        if self._beating:
+            self._last_sent = anyio.current_time()
+        return True
 
     async def _write(self, data: bytes) -> None:
         if self._out_bytes >= self._send_buffer_bytes:
@@ -567,7 +625,19 @@ class AsyncClient:
                 with anyio.CancelScope(shield=True):
                     await transport.aclose()
 
-    async def _dispatch(self, events: List[Any]) -> None:
+    def _start_reading(self, leftover: List[Any]) -> None:
+        transport = self._transport
+        if isinstance(transport, AsyncioTransport):
+            self._push = True
+            full = self._dispatch_now(leftover) if leftover else None
+            if full and self._error is None:
+                self._pause_for(full[0])
+            transport.start_push(self._on_data, self._on_eof)
+        else:
+            self._background(self._reader(leftover), "stompfast-reader")
+
+    def _dispatch_now(self, events: List[Any]) -> Optional[List[AsyncSubscription]]:
+        """Hand one read's events to subscriptions and receipts; return the subscriptions now full."""
         subs = self._subs
         touched: List[AsyncSubscription] = []
         last_id: Optional[str] = None
@@ -591,12 +661,96 @@ class AsyncClient:
                 for sub in touched:
                     sub._ready.set()
                 self._fail(event.error)
-                return
+                return None
+        full = None
         for sub in touched:
             sub._ready.set()
-        for sub in touched:
             if len(sub._buffer) >= sub.buffer_size and not sub._closed:
-                await self._wait_for_space(sub)
+                if full is None:
+                    full = [sub]
+                else:
+                    full.append(sub)
+        return full
+
+    async def _dispatch(self, events: List[Any]) -> None:
+        full = self._dispatch_now(events)
+        if full:
+            for sub in full:
+                if len(sub._buffer) >= sub.buffer_size and not sub._closed:
+                    await self._wait_for_space(sub)
+
+    # asyncio push mode: the same steps as _reader, run from the protocol's callbacks
+
+    def _on_data(self, data: bytes) -> None:
+        if self._error is not None:
+            return
+        if self._watching:
+            self._last_received = self._loop.time()
+        try:
+            try:
+                events = self._protocol.receive_data(data)
+            except RemoteProtocolError as exc:
+                early = getattr(exc, "events", None)
+                if early:
+                    self._dispatch_now(early)
+                self._fail(exc)
+                return
+            if events:
+                full = self._dispatch_now(events)
+                if full and self._error is None:
+                    self._pause_for(full[0])
+        except Exception as exc:  # a bug must reach the waiters, not asyncio's logger
+            self._fail(exc)
+
+    def _on_eof(self, error: Optional[BaseException]) -> None:
+        protocol = self._protocol
+        try:
+            if self._error is None and not (protocol.state is SessionState.CLOSED or self._state == "closing"):
+                peer = f"{self.endpoint.host}:{self.endpoint.port}"
+                if error is not None:
+                    self._fail(ConnectionLostError(f"connection to {peer} lost while reading: {_describe(error)}"))
+                else:
+                    cut = " in the middle of a frame" if protocol.buffered else ""
+                    self._fail(ConnectionLostError(f"{peer} closed the connection{cut}"))
+        finally:
+            protocol.connection_lost()
+
+    def _pause_for(self, sub: AsyncSubscription) -> None:
+        """Stop reading until ``sub`` has room (push-mode twin of :meth:`_wait_for_space`)."""
+        self._paused_on = sub
+        self._transport.pause_reading()  # type: ignore[union-attr]
+        sub._space = _Resume(self)
+        if self._stall_handle is None:
+            self._stall_handle = self._loop.call_later(self._stall_timeout, self._on_stall)
+
+    def _on_stall(self) -> None:
+        self._stall_handle = None
+        sub = self._paused_on
+        if sub is not None and self._error is None:
+            # Stopped for stall_timeout: receipts cannot arrive until this buffer drains.
+            self._stalled = True
+            self._fail_receipts_for_stall(sub)
+
+    def _unpause(self) -> None:
+        if self._stall_handle is not None:
+            self._stall_handle.cancel()
+            self._stall_handle = None
+        self._paused_on = None
+        self._stalled = False
+
+    def _on_space(self) -> None:
+        """A paused-on subscription has room (or closed): read again unless another is full."""
+        if self._paused_on is None:
+            return
+        self._unpause()
+        if self._error is not None:
+            return
+        self._last_received = self._loop.time()
+        for sub in self._subs.values():
+            if len(sub._buffer) >= sub.buffer_size and not sub._closed:
+                self._pause_for(sub)
+                return
+        self._transport.resume_reading()  # type: ignore[union-attr]
 
     async def _wait_for_space(self, sub: AsyncSubscription) -> None:
         self._paused_on = sub
@@ -633,7 +787,7 @@ class AsyncClient:
 
     def _register(self, receipt_id: Optional[str]) -> Receipt:
         assert receipt_id is not None
-        receipt = Receipt(receipt_id)
+        receipt = Receipt(receipt_id, self._loop)
         if self._stalled and self._paused_on is not None:
             receipt._fail(self._stall_error(self._paused_on))
         else:
@@ -689,6 +843,11 @@ class AsyncClient:
                 await self._write(data)
             return None
         pending = self._register(receipt_id)
+        if wait and not self._out and self._out_bytes < self._send_buffer_bytes and self._write_now(data):
+            # Nothing queued ahead of it and the caller is about to block: write
+            # it from this task (no writer wake-up, no extra loop iteration).
+            await pending.wait()
+            return pending
         await self._write(data)
         if wait:
             self._flush_now()
@@ -792,6 +951,18 @@ class AsyncClient:
         ``receipt=False``); ABORT on an exception or cancellation.
         """
         return AsyncTransaction(self, receipt)
+
+
+class _Resume:
+    """Stands in for a subscription's space event in push mode: ``set()`` resumes reading."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    def set(self) -> None:
+        self._client._on_space()
 
 
 class AsyncTransaction:

@@ -90,11 +90,16 @@ class _Protocol:
         self.transport: Any = None
         self.reader: Any = None  # future a receive() waits on
         self.drain: Any = None  # future a send() waits on while writing is paused
+        self.on_data: Any = None  # push mode: called with each chunk from data_received
+        self.on_eof: Any = None  # push mode: called once with the error (or None) at EOF
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        if self.on_data is not None:
+            self.on_data(data)
+            return
         self.chunks.append(data)
         self.size += len(data)
         if self.size > READ_SIZE * 4 and not self.paused_reading:
@@ -105,12 +110,14 @@ class _Protocol:
     def eof_received(self) -> bool:
         self.eof = True
         self._wake_reader()
+        self._push_eof()
         return False  # close our side too
 
     def connection_lost(self, exc: Optional[BaseException]) -> None:
         self.eof = True
         self.error = exc
         self._wake_reader()
+        self._push_eof()
         if self.drain is not None and not self.drain.done():
             self.drain.set_result(None)
 
@@ -121,6 +128,12 @@ class _Protocol:
     def resume_writing(self) -> None:
         if self.drain is not None and not self.drain.done():
             self.drain.set_result(None)
+
+    def _push_eof(self) -> None:
+        on_eof, self.on_eof = self.on_eof, None
+        if on_eof is not None:
+            self.on_data = None
+            on_eof(self.error)
 
     def _wake_reader(self) -> None:
         if self.reader is not None and not self.reader.done():
@@ -177,6 +190,44 @@ class AsyncioTransport:
             protocol.paused_reading = False
             self._transport.resume_reading()
         return data
+
+    def start_push(self, on_data: Any, on_eof: Any) -> None:
+        """Hand every received chunk to ``on_data`` from ``data_received`` itself.
+
+        No reader task: the bytes are scanned and dispatched in the event loop's
+        own callback, which saves a task wake-up per read. ``on_eof(error)`` is
+        called once when the stream ends (``error`` None for a clean close).
+        Chunks received before the switch are delivered first.
+        """
+        protocol = self._protocol
+        chunks = protocol.chunks
+        data = b"".join(chunks) if chunks else b""
+        chunks.clear()
+        protocol.size = 0
+        if protocol.paused_reading:
+            protocol.paused_reading = False
+            self._transport.resume_reading()
+        eof = protocol.eof
+        if not eof:
+            protocol.on_data = on_data
+            protocol.on_eof = on_eof
+        if data:
+            on_data(data)
+        if eof:
+            on_eof(protocol.error)
+
+    def pause_reading(self) -> None:
+        if not self._transport.is_closing():
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if not self._transport.is_closing():
+            self._transport.resume_reading()
+
+    def close_now(self) -> None:
+        """Close without waiting (push mode, from a callback)."""
+        self.closed = True
+        self._transport.close()
 
     async def aclose(self) -> None:
         if self.closed:
