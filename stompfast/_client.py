@@ -10,7 +10,10 @@ client's own task group with up to four tasks, and nothing else:
   and dispatches every event of one read in one step: messages to their
   subscription buffers (each consumer woken once), receipts to their waiters.
   When a subscription's buffer is full it stops reading (backpressure; see
-  ``_subscription``), and while stopped it suspends the liveness check;
+  ``_subscription``), and while stopped it suspends the liveness check. On
+  asyncio there is no reader task: the transport's ``data_received`` callback
+  runs the same steps (``_on_data``), and backpressure pauses the transport
+  until the full subscription's consumer takes a message (``_pause_for``);
 * **writer**: :meth:`send` and friends only append encoded frames to an
   outgoing list (no await unless the list holds ``send_buffer_bytes``) and wake
   the writer when the list goes from empty to non-empty, so a burst of sends
