@@ -2,6 +2,7 @@
 
 from ._client import AsyncClient, AsyncTransaction, Receipt
 from ._protocol import Message
+from ._reconnect import ConnectionEvent, ReconnectPolicy
 from ._scanner import FrameScanner, encode_frame
 from ._subscription import AsyncSubscription
 from .errors import (
@@ -39,6 +40,7 @@ __all__ = [
     "ConfigurationError",
     "ConnectError",
     "ConnectTimeout",
+    "ConnectionEvent",
     "ConnectionLostError",
     "FlowControlError",
     "Frame",
@@ -51,6 +53,7 @@ __all__ = [
     "Receipt",
     "ReceiptTimeout",
     "ReceiveTimeout",
+    "ReconnectPolicy",
     "RemoteProtocolError",
     "ServerError",
     "StaleMessageError",

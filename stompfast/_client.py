@@ -39,12 +39,14 @@ it, shielded and bounded by ``disconnect_timeout``, then closes the socket.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+import logging
+import random
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import anyio
 import sniffio
 
-from ._config import Endpoint, check_positive, parse_url
+from ._config import Endpoint, check_positive, parse_urls
 from ._protocol import (
     SUPPORTED_VERSIONS,
     Connected,
@@ -54,6 +56,7 @@ from ._protocol import (
     SessionState,
     StompProtocol,
 )
+from ._reconnect import ConnectionEvent, ReconnectPolicy
 from ._subscription import DEFAULT_BUFFER_SIZE, AsyncSubscription, _copy
 from ._transport import READ_SIZE, AsyncioTransport, Transport, _describe, open_transport
 from .errors import (
@@ -65,9 +68,17 @@ from .errors import (
     FlowControlError,
     HeartbeatTimeout,
     RemoteProtocolError,
+    ServerError,
+    StaleMessageError,
     StompError,
+    StompTimeout,
     TransactionError,
 )
+
+log = logging.getLogger("stompfast")
+
+#: What ends one connection but not the client when reconnecting is on.
+_RETRYABLE = (ConnectError, ConnectionLostError, ServerError, RemoteProtocolError, StompTimeout)
 
 __all__ = ["AsyncClient", "AsyncTransaction", "Receipt"]
 
@@ -158,11 +169,14 @@ class Receipt:
 
 
 class AsyncClient:
-    """An asynchronous STOMP client for one broker connection.
+    """An asynchronous STOMP client: one broker connection at a time, re-established when lost.
 
     Args:
         url: ``stomp://login:passcode@host:port/virtual_host`` (every part optional
-            but the host; port 61613; virtual host ``/``). Keywords override it.
+            but the host; port 61613; virtual host ``/``), a list of such URLs
+            (failover, tried in order), or ActiveMQ's
+            ``failover:(url1,url2)?initialReconnectDelay=100&...`` form.
+            Keywords override what the URLs say.
         login, passcode: credentials (CONNECT ``login``/``passcode``).
         virtual_host: the CONNECT ``host`` header; ``/`` by default, which works on
             RabbitMQ, ActiveMQ and Artemis alike.
@@ -182,6 +196,14 @@ class AsyncClient:
         disconnect_timeout: seconds to wait for the DISCONNECT receipt on close.
         max_frame_bytes, max_headers, max_header_bytes: scanner limits for
             received frames (see docs/framing.md).
+        reconnect: True (default), False, or a :class:`ReconnectPolicy`. When on,
+            a lost session is re-established with backoff and every
+            subscription re-subscribed; pending receipts still fail with the
+            error that ended the connection (they are never re-sent). See
+            docs/reconnect.md.
+        on_event: called with a :class:`ConnectionEvent` on every connect,
+            failure, loss and retry (from the event loop; keep it quick; what it
+            raises is logged and ignored).
     """
 
     def __init__(
@@ -205,21 +227,44 @@ class AsyncClient:
         max_frame_bytes: Optional[int] = None,
         max_headers: Optional[int] = None,
         max_header_bytes: Optional[int] = None,
+        reconnect: Union[bool, ReconnectPolicy] = True,
+        on_event: Optional[Callable[[ConnectionEvent], Any]] = None,
     ) -> None:
-        endpoint = parse_url(url) if url is not None else Endpoint(host or "127.0.0.1")
-        if host is not None:
-            endpoint.host = host
-        if port is not None:
-            if type(port) is not int or not 0 < port < 65536:
-                raise ConfigurationError(f"port must be an int from 1 to 65535, not {port!r}")
-            endpoint.port = port
-        if login is not None:
-            endpoint.login = login
-        if passcode is not None:
-            endpoint.passcode = passcode
-        if virtual_host is not None:
-            endpoint.virtual_host = virtual_host
-        self.endpoint = endpoint
+        if url is not None:
+            endpoints, failover = parse_urls(url)
+        else:
+            endpoints, failover = [Endpoint(host or "127.0.0.1")], {}
+        if (host is not None or port is not None) and len(endpoints) > 1:
+            raise ConfigurationError("host= and port= apply to a single broker, not to a list of URLs")
+        if port is not None and (type(port) is not int or not 0 < port < 65536):
+            raise ConfigurationError(f"port must be an int from 1 to 65535, not {port!r}")
+        for endpoint in endpoints:
+            if host is not None:
+                endpoint.host = host
+            if port is not None:
+                endpoint.port = port
+            if login is not None:
+                endpoint.login = login
+            if passcode is not None:
+                endpoint.passcode = passcode
+            if virtual_host is not None:
+                endpoint.virtual_host = virtual_host
+        #: every broker this client may use, in the order they are tried
+        self.endpoints: Tuple[Endpoint, ...] = tuple(endpoints)
+        #: the broker of the current (or last) connection
+        self.endpoint = endpoints[0]
+        if isinstance(reconnect, ReconnectPolicy):
+            policy = reconnect
+        elif isinstance(reconnect, bool):
+            policy = ReconnectPolicy(enabled=reconnect)
+        else:
+            raise ConfigurationError(f"reconnect must be a bool or a ReconnectPolicy, not {reconnect!r}")
+        if failover:
+            policy = ReconnectPolicy.from_failover_options(failover, policy)
+        self._policy = policy
+        if on_event is not None and not callable(on_event):
+            raise ConfigurationError(f"on_event must be callable, not {on_event!r}")
+        self._on_event = on_event
         self._heartbeat_tolerance = check_positive("heartbeat_tolerance", heartbeat_tolerance)
         if heartbeat_tolerance < 1:
             raise ConfigurationError("heartbeat_tolerance must be at least 1 (a multiple of the broker's interval)")
@@ -227,11 +272,9 @@ class AsyncClient:
         self._send_buffer_bytes = check_positive("send_buffer_bytes", send_buffer_bytes)
         self._stall_timeout = check_positive("stall_timeout", stall_timeout)
         self._disconnect_timeout = check_positive("disconnect_timeout", disconnect_timeout)
-        # The protocol object checks versions, heart_beat and limits now, before any I/O.
-        self._protocol = StompProtocol(
-            host=endpoint.virtual_host,
-            login=endpoint.login,
-            passcode=endpoint.passcode,
+        # One protocol object per connection (a new session each time); making the
+        # first one now checks versions, heart_beat and limits before any I/O.
+        self._protocol_options: Dict[str, Any] = dict(
             versions=versions,
             heart_beat=heart_beat,
             connect_headers=connect_headers,
@@ -240,6 +283,7 @@ class AsyncClient:
             max_headers=max_headers,
             max_header_bytes=max_header_bytes,
         )
+        self._protocol = self._make_protocol(self.endpoint)
         self._transport: Optional[Transport] = None
         self._tg: Optional[anyio.abc.TaskGroup] = None
         self._state = "new"  # new -> connecting -> open -> closing -> closed
@@ -261,6 +305,21 @@ class AsyncClient:
         self._watching = False  # a liveness watch runs: note when we last read
         self._push = False  # asyncio: frames are dispatched from data_received, no reader task
         self._stall_handle: Any = None
+        # reconnecting
+        self._link_alive = False  # a connection is installed and has not failed
+        self._lost: Optional[anyio.Event] = None  # set when the current connection fails
+        self._lost_info: Tuple[Any, ...] = ()
+        self._up_event: Optional[anyio.Event] = None  # set while a connection is up
+        self._next_up: Optional[anyio.Event] = None  # becomes _up_event when the connection fails
+        self._supervisor: Optional[anyio.CancelScope] = None
+        self._transactions: Set["AsyncTransaction"] = set()
+        #: how many times a lost session was re-established
+        self.reconnects = 0
+
+    def _make_protocol(self, endpoint: Endpoint) -> StompProtocol:
+        return StompProtocol(
+            host=endpoint.virtual_host, login=endpoint.login, passcode=endpoint.passcode, **self._protocol_options
+        )
 
     # -- properties -------------------------------------------------------------------
 
@@ -307,10 +366,11 @@ class AsyncClient:
             await self._exit_group()
 
     async def connect(self) -> None:
-        """Open the connection and the STOMP session.
+        """Open the connection and the STOMP session (trying each broker of the list in turn).
 
         Raises:
-            ConnectError: the TCP connection failed or the broker closed it early.
+            ConnectError: the TCP connection failed or the broker closed it early
+                (with several brokers: every one failed; the message lists why).
             ConnectTimeout: no connection or no CONNECTED within ``connect_timeout``.
             AuthenticationError: the broker answered CONNECT with ERROR.
             ClientClosedError: this client was already used.
@@ -318,7 +378,6 @@ class AsyncClient:
         if self._state != "new":
             raise ClientClosedError("an AsyncClient connects once; create a new one to connect again")
         self._state = "connecting"
-        ep = self.endpoint
         if sniffio.current_async_library() == "asyncio":
             import asyncio
 
@@ -327,31 +386,21 @@ class AsyncClient:
         await tg.__aenter__()
         self._tg = tg
         try:
-            leftover: List[Any] = []
-            try:
-                with anyio.fail_after(self._connect_timeout):
-                    self._transport = await open_transport(ep.host, ep.port)
-                    await self._transport.send(self._protocol.connect())
-                    leftover = await self._await_connected()
-            except TimeoutError as exc:
-                raise ConnectTimeout(
-                    f"no CONNECTED from {ep.host}:{ep.port} within {self._connect_timeout:g} s"
-                ) from exc
-            except ConnectionLostError as exc:
-                raise ConnectError(f"{ep.host}:{ep.port} closed the connection before CONNECTED: {exc}") from exc
-            now = anyio.current_time()
-            self._last_sent = self._last_received = now
+            await self._establish(first=True)
             self._state = "open"
-            self._start_reading(leftover)
-            self._background(self._writer(), "stompfast-writer")
-            send_ms, receive_ms = self._protocol.heart_beat
-            self._beating, self._watching = bool(send_ms), bool(receive_ms)
-            if send_ms:
-                self._background(self._heartbeat_sender(send_ms / 1000.0), "stompfast-heartbeat")
-            if receive_ms:
-                self._background(self._liveness(receive_ms / 1000.0), "stompfast-liveness")
+            if self._policy.enabled:
+                scope = self._supervisor = anyio.CancelScope()
+
+                async def supervise() -> None:
+                    with scope:
+                        await self._supervise()
+
+                tg.start_soon(supervise, name="stompfast-reconnect")
         except BaseException:
             self._state = "closed"
+            self._link_alive = False
+            for scope in self._scopes:
+                scope.cancel()
             # The task group must be left outside any scope entered after it.
             self._tg = None
             tg.cancel_scope.cancel()
@@ -361,21 +410,241 @@ class AsyncClient:
                     await self._transport.aclose()
             raise
 
-    async def _await_connected(self) -> List[Any]:
-        assert self._transport is not None
+    async def _establish(self, *, first: bool) -> None:
+        """Try the broker list until one answers CONNECTED, per the reconnect policy."""
+        policy = self._policy
+        limit = policy.connect_attempts if first else policy.max_attempts
+        failed = 0
         while True:
-            data = await self._transport.receive(READ_SIZE)
+            endpoints = list(self.endpoints)
+            if policy.randomize and len(endpoints) > 1:
+                random.shuffle(endpoints)
+            errors: List[Tuple[Endpoint, BaseException]] = []
+            for endpoint in endpoints:
+                self._emit("connecting", endpoint, attempt=failed + 1)
+                try:
+                    await self._open_link(endpoint, resubscribe=not first)
+                except _RETRYABLE as exc:
+                    errors.append((endpoint, exc))
+                    self._emit("connect_failed", endpoint, attempt=failed + 1, error=exc)
+                    continue
+                self._emit("connected", endpoint, attempt=failed + 1, reconnected=not first)
+                return
+            failed += 1
+            if limit is not None and failed >= limit:
+                if len(errors) == 1:
+                    raise errors[0][1]
+                summary = "; ".join(f"{ep.url}: {exc}" for ep, exc in errors)
+                raise ConnectError(f"no broker of {len(errors)} could be used: {summary}") from errors[-1][1]
+            delay = policy.delay(failed if first else failed + 1)  # the supervisor slept delay(1)
+            self._emit("reconnecting", None, attempt=failed + 1, delay=delay, error=errors[-1][1])
+            await anyio.sleep(delay)
+
+    async def _open_link(self, endpoint: Endpoint, *, resubscribe: bool) -> None:
+        """Connect to ``endpoint``, wait for CONNECTED, start the connection's tasks.
+
+        The broker counts as up only after CONNECTED and, on a reconnect, after it
+        confirmed every re-established subscription.
+        """
+        protocol = self._make_protocol(endpoint)
+        transport: Optional[Transport] = None
+        try:
+            leftover: List[Any] = []
+            try:
+                with anyio.fail_after(self._connect_timeout):
+                    transport = await open_transport(endpoint.host, endpoint.port)
+                    await transport.send(protocol.connect())
+                    leftover = await self._await_connected(transport, protocol, endpoint)
+            except TimeoutError as exc:
+                raise ConnectTimeout(
+                    f"no CONNECTED from {endpoint.host}:{endpoint.port} within {self._connect_timeout:g} s"
+                ) from exc
+            except ConnectionLostError as exc:
+                raise ConnectError(
+                    f"{endpoint.host}:{endpoint.port} closed the connection before CONNECTED: {exc}"
+                ) from exc
+        except BaseException:
+            if transport is not None:
+                with anyio.CancelScope(shield=True):
+                    await transport.aclose()
+            raise
+        # Install the new connection: fresh per-connection state, fresh tasks.
+        self._protocol = protocol
+        self._transport = transport
+        self.endpoint = endpoint
+        self._out = []
+        self._out_bytes = 0
+        self._wakeup = anyio.Event()
+        self._drained = None
+        self._receipts = {}
+        self._paused_on = None
+        self._stalled = False
+        self._stall_handle = None
+        self._push = False
+        self._scopes = []
+        self._lost = anyio.Event()
+        self._next_up = anyio.Event()
+        if self._up_event is None:
+            self._up_event = anyio.Event()
+        self._link_alive = True
+        now = anyio.current_time()
+        self._last_sent = self._last_received = now
+        self._start_reading(leftover)
+        self._background(self._writer(), "stompfast-writer")
+        send_ms, receive_ms = protocol.heart_beat
+        self._beating, self._watching = bool(send_ms), bool(receive_ms)
+        if send_ms:
+            self._background(self._heartbeat_sender(send_ms / 1000.0), "stompfast-heartbeat")
+        if receive_ms:
+            self._background(self._liveness(receive_ms / 1000.0), "stompfast-liveness")
+        if resubscribe and self._subs:
+            try:
+                pending = []
+                for sub in list(self._subs.values()):
+                    data, _, receipt_id = protocol.subscribe(
+                        sub.destination, ack=sub.ack_mode, headers=sub.headers, id=sub.id, receipt=True
+                    )
+                    pending.append(self._register(receipt_id))
+                    self._queue(data)
+                self._flush_now()
+                with anyio.fail_after(self._connect_timeout):
+                    await self.wait_receipts(pending)
+            except BaseException as exc:
+                # Not up after all: take the connection down again (quietly: the
+                # caller reports it as a failed attempt).
+                if self._link_alive:
+                    self._link_down(exc if isinstance(exc, StompError) else ConnectionLostError(str(exc)))
+                with anyio.CancelScope(shield=True):
+                    await transport.aclose()
+                if isinstance(exc, TimeoutError):
+                    raise ConnectTimeout(
+                        f"{endpoint.host}:{endpoint.port} did not confirm the re-established subscriptions"
+                        f" within {self._connect_timeout:g} s"
+                    ) from exc
+                raise
+
+    async def _await_connected(self, transport: Any, protocol: StompProtocol, endpoint: Endpoint) -> List[Any]:
+        while True:
+            data = await transport.receive(READ_SIZE)
             if not data:
                 raise ConnectError(
-                    f"{self.endpoint.host}:{self.endpoint.port} closed the connection before CONNECTED"
+                    f"{endpoint.host}:{endpoint.port} closed the connection before CONNECTED"
                     " (is this a STOMP port?)"
                 )
-            events = self._protocol.receive_data(data)
+            events = protocol.receive_data(data)
             for i, event in enumerate(events):
                 if isinstance(event, Connected):
                     return events[i + 1 :]
                 if isinstance(event, ErrorReceived):
                     raise event.error
+
+    # -- reconnecting ---------------------------------------------------------------------
+
+    def _emit(self, kind: str, endpoint: Optional[Endpoint], **fields: Any) -> None:
+        if self._on_event is None:
+            return
+        try:
+            self._on_event(ConnectionEvent(kind, endpoint.url if endpoint is not None else None, **fields))
+        except Exception:
+            log.exception("stompfast: the on_event hook raised (ignored)")
+
+    def _link_down(self, error: BaseException) -> None:
+        """The current connection failed but the client goes on: clean up, wake the supervisor.
+
+        Pending receipts fail with ``error`` (never re-sent); queued frames that were
+        never written are dropped; buffered messages of client-ack subscriptions
+        are discarded (the broker redelivers them, and acking them on a new
+        session would be wrong); open transactions are aborted and told.
+        """
+        if not self._link_alive:
+            return
+        self._link_alive = False
+        if self._state == "open":
+            self._state = "reconnecting"
+            self._up_event = self._next_up
+        for receipt in self._receipts.values():
+            receipt._fail(error)
+        self._receipts.clear()
+        dropped_frames = sum(1 for data in self._out if data != b"\n")
+        self._out.clear()
+        self._out_bytes = 0
+        if self._drained is not None:
+            self._drained.set()
+            self._drained = None
+        self._wakeup.set()
+        for scope in self._scopes:
+            scope.cancel()
+        if self._push:
+            self._unpause()
+            self._transport.close_now()  # type: ignore[union-attr]
+        self._paused_on = None
+        self._stalled = False
+        self._protocol.connection_lost()
+        dropped_messages = 0
+        for sub in self._subs.values():
+            if sub.ack_mode != "auto" and sub._buffer:
+                dropped_messages += len(sub._buffer)
+                sub._buffer.clear()
+            sub._space = None
+        transactions = list(self._transactions)
+        self._transactions.clear()
+        for tx in transactions:
+            tx._lose(error)
+        self._lost_info = (error, dropped_frames, dropped_messages, len(transactions))
+        if self._lost is not None:
+            self._lost.set()
+
+    async def _supervise(self) -> None:
+        """Wait for the connection to fail; re-establish it; repeat (runs while the client is open)."""
+        while True:
+            lost = self._lost
+            assert lost is not None
+            await lost.wait()
+            error, dropped_frames, dropped_messages, aborted = self._lost_info
+            if self._transport is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._transport.aclose()
+            self._emit(
+                "disconnected",
+                self.endpoint,
+                error=error,
+                dropped_frames=dropped_frames,
+                dropped_messages=dropped_messages,
+                aborted_transactions=aborted,
+            )
+            delay = self._policy.delay(1)
+            self._emit("reconnecting", None, attempt=1, delay=delay, error=error)
+            await anyio.sleep(delay)
+            try:
+                await self._establish(first=False)
+            except _RETRYABLE as exc:
+                self._emit("gave_up", None, error=exc)
+                self._give_up(exc)
+                return
+            self.reconnects += 1
+            self._state = "open"
+            up = self._up_event
+            if up is not None:
+                up.set()
+
+    def _give_up(self, error: BaseException) -> None:
+        """No attempt left: fail the client for good with ``error``."""
+        self._error = error
+        for receipt in self._receipts.values():
+            receipt._fail(error)
+        self._receipts.clear()
+        for sub in self._subs.values():
+            sub._close(error)
+        if self._up_event is not None:
+            self._up_event.set()
+
+    async def _ensure_open(self) -> None:
+        """Return when a connection is up; wait while one is being re-established."""
+        while self._state == "reconnecting" and self._error is None:
+            up = self._up_event
+            assert up is not None
+            await up.wait()
+        self._check_open()
 
     async def aclose(self) -> None:
         """Send DISCONNECT, wait for its receipt (bounded, shielded), close the socket.
@@ -421,8 +690,16 @@ class AsyncClient:
             self._subs.clear()
             if self._error is None:
                 self._error = closed
+            self._link_alive = False
+            for tx in list(self._transactions):
+                tx._lose(self._error)
+            self._transactions.clear()
             for scope in self._scopes:
                 scope.cancel()
+            if self._supervisor is not None:
+                self._supervisor.cancel()
+            if self._up_event is not None:
+                self._up_event.set()
             with anyio.CancelScope(shield=True):
                 if self._transport is not None:
                     await self._transport.aclose()
@@ -450,7 +727,13 @@ class AsyncClient:
     # -- failure ------------------------------------------------------------------------
 
     def _fail(self, error: BaseException) -> None:
-        """Record the error that ended the connection; fail every waiter; stop the tasks."""
+        """The connection failed with ``error``: re-establish it, or fail the client for good.
+
+        With reconnecting on, a retryable failure (connection lost, heart-beat
+        timeout, ERROR frame, framing fault) of an established session goes to
+        :meth:`_link_down`. Otherwise the error is recorded once, every pending
+        receipt and every subscription is failed with it, the tasks stop.
+        """
         if self._error is not None:
             return
         if self._state in ("closing", "closed"):
@@ -460,25 +743,47 @@ class AsyncClient:
                 receipt._fail(error)
             self._receipts.clear()
             return
+        if (
+            self._policy.enabled
+            and self._state in ("open", "reconnecting")
+            and self._supervisor is not None
+            and isinstance(error, _RETRYABLE)
+        ):
+            self._link_down(error)
+            return
         self._error = error
+        self._link_alive = False
         for receipt in self._receipts.values():
             receipt._fail(error)
         self._receipts.clear()
         for sub in self._subs.values():
             sub._close(error)
+        for tx in list(self._transactions):
+            tx._lose(error)
+        self._transactions.clear()
         if self._drained is not None:
             self._drained.set()
             self._drained = None
         self._wakeup.set()
         for scope in self._scopes:
             scope.cancel()
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+        if self._up_event is not None:
+            self._up_event.set()
         if self._push:  # no reader task to close the socket on its way out
             self._unpause()
             self._transport.close_now()  # type: ignore[union-attr]
+            self._protocol.connection_lost()
 
     def _check_open(self) -> None:
         if self._error is not None:
             raise _copy(self._error)
+        if self._state == "reconnecting":
+            raise ConnectionLostError(
+                f"the connection to {self.endpoint.host}:{self.endpoint.port} was lost and is being"
+                " re-established"
+            )
         if self._state != "open":
             raise ClientClosedError(
                 "the client is not connected (use `async with AsyncClient(...) as client:`)"
@@ -539,6 +844,8 @@ class AsyncClient:
         try:
             while True:
                 if not out:
+                    if self._transport is not transport:
+                        return  # a connection that was replaced: leave the client's state alone
                     if self._wakeup.is_set():
                         self._wakeup = anyio.Event()
                     await self._wakeup.wait()
@@ -554,7 +861,8 @@ class AsyncClient:
                 if self._beating:
                     self._last_sent = anyio.current_time()
         except ConnectionLostError as exc:
-            self._fail(exc)
+            if self._transport is transport:
+                self._fail(exc)
 
     async def _heartbeat_sender(self, interval: float) -> None:
         # STOMP: "the sender MUST send new data over the network connection at
@@ -621,7 +929,8 @@ class AsyncClient:
                 if events:
                     await self._dispatch(events)
         except (ConnectionLostError, RemoteProtocolError) as exc:
-            self._fail(exc)
+            if self._transport is transport:
+                self._fail(exc)
         finally:
             protocol.connection_lost()
             if self._error is not None:  # a dead connection: free the socket now
@@ -824,7 +1133,7 @@ class AsyncClient:
             LocalProtocolError: the frame cannot be expressed (nothing was sent).
         """
         if self._error is not None or self._state != "open":
-            self._check_open()
+            await self._ensure_open()
         if type(body) is not bytes:
             if isinstance(body, str):
                 body = body.encode("utf-8")
@@ -871,7 +1180,7 @@ class AsyncClient:
         and for a probe frame (BEGIN + ABORT with a receipt) that follows every
         frame sent so far, receipt or not.
         """
-        self._check_open()
+        await self._ensure_open()
         pending = list(self._receipts.values())
         data, receipt_id = self._protocol.probe()
         probe = self._register(receipt_id)
@@ -906,16 +1215,22 @@ class AsyncClient:
         return AsyncSubscription(self, destination, ack, dict(headers) if headers else None, buffer_size, receipt, id)
 
     async def _subscribe(self, sub: AsyncSubscription) -> None:
-        self._check_open()
+        await self._ensure_open()
         data, sub_id, receipt_id = self._protocol.subscribe(
             sub.destination, ack=sub.ack_mode, headers=sub.headers, id=sub.id, receipt=sub._receipt
         )
         sub.id = sub_id
         self._subs[sub_id] = sub
-        pending = self._register(receipt_id) if receipt_id is not None else None
-        await self._write(data)
-        if pending is not None:
-            await pending.wait()
+        try:
+            pending = self._register(receipt_id) if receipt_id is not None else None
+            await self._write(data)
+            if pending is not None:
+                await pending.wait()
+        except BaseException:
+            # Refused or interrupted: not a subscription to re-establish after a reconnect.
+            if self._subs.get(sub_id) is sub:
+                del self._subs[sub_id]
+            raise
 
     async def _unsubscribe(self, sub: AsyncSubscription) -> None:
         if sub.id is None or self._subs.get(sub.id) is not sub:
@@ -926,6 +1241,12 @@ class AsyncClient:
             await self._write(data)
 
     async def _ack(self, command: str, message: Message, transaction: Optional[str], receipt: bool) -> None:
+        if message._session is not self._protocol and self._error is None:
+            # Delivered on a connection that is gone: never sent on another one.
+            raise StaleMessageError(
+                f"message {message.message_id!r} was delivered on a connection that was lost; the broker"
+                f" redelivers unacknowledged messages, so this {command} was not sent"
+            )
         self._check_open()
         if command == "ACK":
             data, receipt_id = self._protocol.ack(message, transaction=transaction, receipt=receipt)
@@ -969,19 +1290,27 @@ class _Resume:
 
 
 class AsyncTransaction:
-    """An open transaction; its ``send``, ``ack`` and ``nack`` carry its id."""
+    """An open transaction; its ``send``, ``ack`` and ``nack`` carry its id.
+
+    If the connection is lost while it is open, the broker aborts it; the
+    transaction then refuses further use with :class:`TransactionError` (its
+    ``__cause__`` is what ended the connection), and leaving the block normally
+    raises that error instead of committing.
+    """
 
     def __init__(self, client: AsyncClient, receipt: bool) -> None:
         self._client = client
         self._receipt = receipt
         self.id: Optional[str] = None
         self._done = False
+        self._lost: Optional[BaseException] = None
 
     async def __aenter__(self) -> "AsyncTransaction":
         client = self._client
-        client._check_open()
+        await client._ensure_open()
         data, self.id, _ = client._protocol.begin()
         await client._write(data)
+        client._transactions.add(self)
         return self
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -991,7 +1320,16 @@ class AsyncTransaction:
             with anyio.CancelScope(shield=True):
                 await self.abort()
 
+    def _lose(self, error: BaseException) -> None:
+        """The connection ended while the transaction was open: the broker aborted it."""
+        if not self._done and self._lost is None:
+            self._lost = error
+
     def _check(self) -> str:
+        if self._lost is not None:
+            raise TransactionError(
+                f"transaction {self.id!r} was aborted: the connection ended while it was open ({self._lost})"
+            ) from self._lost
         if self._done or self.id is None:
             raise TransactionError(f"transaction {self.id!r} is not open")
         return self.id
@@ -1020,9 +1358,11 @@ class AsyncTransaction:
         await message.nack(transaction=self._check())
 
     async def commit(self) -> None:
+        """COMMIT (confirmed by a receipt unless the transaction was made with ``receipt=False``)."""
         tx = self._check()
         self._done = True
         client = self._client
+        client._transactions.discard(self)
         client._check_open()
         data, receipt_id = client._protocol.commit(tx, receipt=self._receipt)
         pending = client._register(receipt_id) if receipt_id is not None else None
@@ -1036,7 +1376,8 @@ class AsyncTransaction:
             return
         self._done = True
         client = self._client
-        if client._error is not None or client._state != "open":
+        client._transactions.discard(self)
+        if self._lost is not None or client._error is not None or client._state != "open":
             return  # the session is gone: the broker aborted it already
         data, _ = client._protocol.abort(self.id)
         await client._write(data)

@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlsplit
 
 from .errors import ConfigurationError
 
-__all__ = ["DEFAULT_PORT", "Endpoint", "parse_url"]
+__all__ = ["DEFAULT_PORT", "Endpoint", "parse_url", "parse_urls"]
 
 DEFAULT_PORT = 61613
 _SCHEMES = {"stomp": "tcp", "tcp": "tcp"}
@@ -44,6 +44,12 @@ class Endpoint:
         self.login = login
         self.passcode = passcode
         self.virtual_host = virtual_host
+
+    @property
+    def url(self) -> str:
+        """The endpoint as a URL, for logs and events: the passcode is never included."""
+        user = f"{self.login}@" if self.login else ""
+        return f"stomp://{user}{self.host}:{self.port}/"
 
     def __repr__(self) -> str:
         # never echo credentials
@@ -81,6 +87,98 @@ def parse_url(url: str) -> Endpoint:
         passcode=unquote(parts.password) if parts.password is not None else None,
         virtual_host=virtual_host,
     )
+
+
+#: ActiveMQ failover options we honour (names as ActiveMQ spells them) and how to read them.
+_FAILOVER_OPTIONS = {
+    "randomize": "bool",
+    "initialReconnectDelay": "ms",
+    "maxReconnectDelay": "ms",
+    "useExponentialBackOff": "bool",
+    "backOffMultiplier": "float",
+    "maxReconnectAttempts": "int",
+    "startupMaxReconnectAttempts": "int",
+}
+
+
+def parse_urls(urls: Any) -> "tuple[list[Endpoint], dict[str, Any]]":
+    """Parse one URL, a list of URLs, or ActiveMQ's ``failover:(url1,url2)?options``.
+
+    Returns the endpoints in order and the failover options found (ActiveMQ's
+    names, values converted: delays in seconds, ``-1`` attempts as ``None``).
+    Unknown failover options are refused rather than ignored.
+
+    Raises:
+        ConfigurationError: an empty list, a bad URL in it, or a bad option.
+    """
+    if isinstance(urls, str):
+        text = urls.strip()
+        if text.lower().startswith("failover:"):
+            return _parse_failover(text)
+        return [parse_url(text)], {}
+    if isinstance(urls, Endpoint):
+        return [urls], {}
+    try:
+        items = list(urls)
+    except TypeError:
+        raise ConfigurationError(f"broker URL must be a str or a list of them, not {type(urls).__name__}") from None
+    if not items:
+        raise ConfigurationError("the list of broker URLs is empty")
+    endpoints = [item if isinstance(item, Endpoint) else parse_url(item) for item in items]
+    return endpoints, {}
+
+
+def _parse_failover(text: str) -> "tuple[list[Endpoint], dict[str, Any]]":
+    body = text[len("failover:") :]
+    query = ""
+    if body.startswith("("):
+        end = body.find(")")
+        if end < 0:
+            raise ConfigurationError(f"unbalanced parenthesis in {_redact_all(text)!r}")
+        inner, rest = body[1:end], body[end + 1 :]
+        if rest:
+            if not rest.startswith("?"):
+                raise ConfigurationError(f"unexpected {rest!r} after the URL list in {_redact_all(text)!r}")
+            query = rest[1:]
+    else:  # failover:url1,url2 (no parentheses, no options)
+        inner = body
+    urls = [u.strip() for u in inner.split(",") if u.strip()]
+    if not urls:
+        raise ConfigurationError(f"no broker URL in {_redact_all(text)!r}")
+    endpoints = [parse_url(u) for u in urls]  # ActiveMQ's tcp:// is accepted as stomp://
+    options: "dict[str, Any]" = {}
+    for pair in filter(None, query.split("&")):
+        name, _, value = pair.partition("=")
+        kind = _FAILOVER_OPTIONS.get(name)
+        if kind is None:
+            raise ConfigurationError(
+                f"unsupported failover option {name!r} (supported: {', '.join(sorted(_FAILOVER_OPTIONS))})"
+            )
+        try:
+            if kind == "bool":
+                if value.lower() not in ("true", "false"):
+                    raise ValueError
+                options[name] = value.lower() == "true"
+            elif kind == "ms":
+                options[name] = int(value) / 1000.0
+                if options[name] < 0:
+                    raise ValueError
+            elif kind == "float":
+                options[name] = float(value)
+                if options[name] < 1:
+                    raise ValueError
+            else:
+                number = int(value)
+                if number < -1:
+                    raise ValueError
+                options[name] = None if number == -1 else number
+        except ValueError:
+            raise ConfigurationError(f"bad value {value!r} for failover option {name!r}") from None
+    return endpoints, options
+
+
+def _redact_all(text: str) -> str:
+    return ",".join(_redact(part) if "://" in part else part for part in text.split(","))
 
 
 def _redact(url: str) -> str:

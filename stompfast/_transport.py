@@ -225,8 +225,9 @@ class AsyncioTransport:
             self._transport.resume_reading()
 
     def close_now(self) -> None:
-        """Close without waiting (push mode, from a callback)."""
+        """Close without waiting (push mode, from a callback); no callback is made after this."""
         self.closed = True
+        self._protocol.on_data = self._protocol.on_eof = None
         self._transport.close()
 
     async def aclose(self) -> None:

@@ -32,6 +32,7 @@ WAIT = 5
 
 def make(broker: Broker, **kwargs) -> AsyncClient:
     kwargs.setdefault("heart_beat", (0, 0))
+    kwargs.setdefault("reconnect", False)  # these tests pin single-connection semantics
     return AsyncClient(broker.url, **kwargs)
 
 

@@ -22,6 +22,7 @@ WAIT = 10  # seconds any single broker round trip may take before the test fails
 
 def client(url: str, version: str, **kwargs) -> AsyncClient:
     kwargs.setdefault("heart_beat", (0, 0))
+    kwargs.setdefault("reconnect", False)  # these tests pin single-connection semantics
     return AsyncClient(url, versions=[version], **kwargs)
 
 
