@@ -1,0 +1,440 @@
+"""The ``stompfast`` command, run as installed (a subprocess per invocation).
+
+Most tests talk to the in-process broker running in a thread of this process
+(``stomp_broker_thread``), so they can publish directly and inspect what the
+command sent and acknowledged; one round trip goes through a ``stompfast broker
+--port 0`` subprocess, which also tests that command; the same round trip and a
+wrong password run against real RabbitMQ (and ActiveMQ when it runs). A few
+in-process tests cover the helpers (masking, parsing, the rich fallback).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stompfast import cli
+from stompfast._config import parse_url
+from stompfast._protocol import Message
+from stompfast.frames import Frame
+
+pytestmark = pytest.mark.timeout(60)
+
+BINARY = bytes(range(256)) * 4 + b"\x00\xff\xfe not utf-8"
+
+
+def _executable() -> str:
+    found = shutil.which("stompfast", path=os.path.dirname(sys.executable)) or shutil.which("stompfast")
+    if not found:
+        pytest.fail("the stompfast command is not installed: pip install -e '.[test]'")
+    return found
+
+
+STOMPFAST = _executable()
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STOMPFAST_")}
+    env.update(extra or {})
+    return env
+
+
+def run(*args: str, input: bytes | None = None, env: dict[str, str] | None = None,
+        timeout: float = 30) -> subprocess.CompletedProcess:
+    """Run the installed ``stompfast`` command; stdin is ``input`` or /dev/null."""
+    return subprocess.run(
+        [STOMPFAST, *args],
+        input=input,
+        stdin=None if input is not None else subprocess.DEVNULL,
+        capture_output=True,
+        env=_env(env),
+        timeout=timeout,
+        check=False,
+    )
+
+
+def popen(*args: str) -> subprocess.Popen:
+    """Start the command in the background, able to receive Ctrl-C (SIGINT)."""
+    # A child inherits an *ignored* SIGINT (pytest run as a background job of a
+    # shell without job control), and Python then never raises KeyboardInterrupt.
+    # A handled one is reset to the default at exec, so lend this process a handler.
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(
+            [STOMPFAST, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=_env(),
+        )
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def err_lines(result: subprocess.CompletedProcess) -> list[str]:
+    return result.stderr.decode("utf-8", "replace").splitlines()
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, code: int) -> str:
+    assert result.returncode == code, result
+    lines = err_lines(result)
+    assert len(lines) == 1, lines
+    assert "Traceback" not in lines[0]
+    assert lines[0].startswith("stompfast: error: ")
+    assert result.stdout == b""
+    return lines[0]
+
+
+def unique_queue() -> str:
+    return f"/queue/stompfast-cli-{uuid.uuid4().hex[:12]}"
+
+
+# -- help -----------------------------------------------------------------------------------
+
+
+def test_help_teaches() -> None:
+    top = subprocess.run(
+        [sys.executable, "-m", "stompfast", "--help"], capture_output=True, timeout=30, check=False
+    )
+    assert top.returncode == 0
+    text = top.stdout.decode()
+    assert text.startswith("usage: python -m stompfast")
+    for word in ("send", "listen", "subscribe", "broker", "exit codes", "examples:"):
+        assert word in text
+    listen = run("subscribe", "--help")
+    assert listen.returncode == 0
+    text = listen.stdout.decode()
+    for word in ("examples:", "--json", "--ack", "--timeout", "STOMPFAST_URL", "base64", "--heart-beat"):
+        assert word in text
+
+
+# -- round trips through the in-process broker --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def broker_command() -> Iterator[str]:
+    """``stompfast broker --port 0`` in a subprocess; yields the URL it printed."""
+    proc = popen("broker", "--port", "0")
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().decode().strip()
+        assert url.startswith("stomp://127.0.0.1:"), url
+        assert parse_url(url).port > 0
+        yield url
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    assert b"Traceback" not in err and b"broker stopped" in err
+
+
+def test_round_trip_via_broker_command(broker_command: str, tmp_path: Path) -> None:
+    queue = unique_queue()
+    sent = run("send", "--url", broker_command, queue, "hello wörld", "-H", "x-order:42", "-H", "x-note:a:b")
+    assert sent.returncode == 0, sent
+    assert err_lines(sent) == [line for line in err_lines(sent) if line.startswith("sent 1 message")]
+    assert "confirmed by the broker" in sent.stderr.decode()
+    (tmp_path / "body.bin").write_bytes(BINARY)
+    sent = run("send", "--url", broker_command, queue, "--file", str(tmp_path / "body.bin"),
+               "--content-type", "application/octet-stream", "-q")
+    assert sent.returncode == 0 and sent.stderr == b"", sent
+
+    got = run("listen", "--url", broker_command, queue, "--json", "--count", "2", "--timeout", "10")
+    assert got.returncode == 0, got
+    first, second = [json.loads(line) for line in got.stdout.decode().splitlines()]
+    assert first["destination"] == queue and first["message_id"]
+    assert first["body"] == "hello wörld" and first["body_encoding"] == "utf-8"
+    assert first["headers"]["x-order"] == "42" and first["headers"]["x-note"] == "a:b"
+    assert first["headers"]["content-type"] == "text/plain;charset=utf-8"
+    assert second["body_encoding"] == "base64"
+    assert base64.b64decode(second["body"]) == BINARY
+    assert second["headers"]["content-type"] == "application/octet-stream"
+    assert "2 messages received" in got.stderr.decode()
+
+
+def test_binary_from_stdin_to_directory(stomp_broker_thread, tmp_path: Path) -> None:
+    broker, queue = stomp_broker_thread, unique_queue()
+    assert run("send", "--url", broker.url, queue, "-", input=BINARY).returncode == 0  # explicit '-'
+    assert run("send", "--url", broker.url, queue, "--count", "2", input=BINARY).returncode == 0  # a pipe
+    sends = [f for f in broker.received if f.command == "SEND"]
+    assert [f.body for f in sends] == [BINARY] * 3
+    assert all("content-type" not in f.headers for f in sends)  # bytes are sent as they are, unlabelled
+    assert all("receipt" in f.headers for f in sends)  # confirmed by default
+
+    out = tmp_path / "out"
+    got = run("listen", "--url", broker.url, queue, "--output", f"{out}/", "--count", "3", "--timeout", "10")
+    assert got.returncode == 0, got
+    files = sorted(out.iterdir())
+    assert [p.name[:7] for p in files] == ["000001-", "000002-", "000003-"]
+    assert all(p.read_bytes() == BINARY for p in files)
+
+
+def test_listen_text_lines_headers_and_file(stomp_broker_thread, tmp_path: Path) -> None:
+    broker, queue = stomp_broker_thread, unique_queue()
+    for body in ("one", "two", "three"):
+        broker.publish(queue, body, headers={"x-k": body.upper()})
+    got = run("listen", "--url", broker.url, queue, "--count", "2", "--timeout", "10", "-q")
+    assert got.returncode == 0 and got.stderr == b"", got
+    assert got.stdout == b"one\ntwo\n"
+
+    target = tmp_path / "log.txt"
+    target.write_bytes(b"old\n")
+    got = run("subscribe", "--url", broker.url, queue, "--headers", "--count", "1", "--timeout", "10",
+              "--output", str(target))
+    assert got.returncode == 0 and got.stdout == b"", got
+    head, body = target.read_bytes()[len(b"old\n"):].split(b"\n\n")
+    assert body == b"three\n"
+    assert b"x-k:THREE" in head.splitlines() and f"destination:{queue}".encode() in head.splitlines()
+
+
+@pytest.mark.parametrize("ack", ["auto", "client", "client-individual"])
+def test_ack_modes_and_count(stomp_broker_thread, ack: str) -> None:
+    broker, queue = stomp_broker_thread, unique_queue()
+    for i in range(3):
+        broker.publish(queue, f"m{i}")
+    got = run("listen", "--url", broker.url, queue, "--ack", ack, "--count", "2", "--timeout", "10")
+    assert got.returncode == 0, got
+    assert got.stdout == b"m0\nm1\n"
+    subscribe = next(f for f in broker.received if f.command == "SUBSCRIBE")
+    assert subscribe.headers["ack"] == ack
+    acks = [f for f in broker.received if f.command == "ACK"]
+    if ack == "auto":
+        assert acks == []
+    else:
+        assert len(acks) == 2  # one per message, after it was written
+        assert subscribe.headers["prefetch-count"] == "2"  # no more in flight than --count
+        # the third message was never taken: it is still there for the next consumer
+        broker.wait_for_blocking(lambda: broker.consumers(queue) == 0)
+        assert broker.queue_depth(queue) == 1 and broker.unacked(queue) == 0
+
+
+@pytest.mark.parametrize("how", ["timeout", "duration"])
+def test_listen_stops_when_idle_or_elapsed(stomp_broker_thread, how: str) -> None:
+    args = ["--timeout", "0.3"] if how == "timeout" else ["--duration", "0.3", "--timeout", "30"]
+    started = time.monotonic()
+    got = run("listen", "--url", stomp_broker_thread.url, unique_queue(), *args)
+    assert got.returncode == 0, got
+    assert got.stdout == b""
+    assert time.monotonic() - started < 10
+    summary = err_lines(got)[-1]
+    assert summary.startswith("received 0 messages")
+    assert ("nothing for 0.3 s" if how == "timeout" else "0.3 s elapsed") in summary
+
+
+def test_ctrl_c_exits_130_without_traceback(stomp_broker_thread) -> None:
+    proc = popen("listen", "--url", stomp_broker_thread.url, unique_queue())
+    assert proc.stderr is not None
+    assert proc.stderr.readline().startswith(b"listening on ")  # subscribed
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=10)
+    assert proc.returncode == cli.EXIT_INTERRUPTED
+    assert b"Traceback" not in err and b"interrupted" in err and out == b""
+    stomp_broker_thread.wait_for_blocking(lambda: stomp_broker_thread.connections == 0)
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url", ["http://guest:topsecret@127.0.0.1/", "stomp//guest:topsecret@host", "stomp://guest:topsecret@h:port/"]
+)
+def test_bad_url_is_a_usage_error(url: str) -> None:
+    line = assert_one_line_error(run("send", "--url", url, "/queue/a", "x"), cli.EXIT_USAGE)
+    assert "--url" in line
+    assert "topsecret" not in line
+
+
+def test_usage_errors_exit_2() -> None:
+    line = assert_one_line_error(run("send", "/queue/a", "x", "--file", "y"), cli.EXIT_USAGE)
+    assert "not both" in line
+    bad = run("send", "/queue/a", "x", "-H", "no-colon")  # argparse: usage line plus the error
+    assert bad.returncode == cli.EXIT_USAGE and b"NAME:VALUE" in bad.stderr and b"Traceback" not in bad.stderr
+
+
+def test_refused_connection_exits_1() -> None:
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    line = assert_one_line_error(
+        run("send", "--url", f"stomp://127.0.0.1:{port}/", "/queue/a", "x"), cli.EXIT_FAILURE
+    )
+    assert f"127.0.0.1:{port}" in line
+
+
+@pytest.mark.stomp_broker(users={"app": "right-pass-1"})
+def test_passcodes_are_masked_and_flags_win(stomp_broker_thread) -> None:
+    broker = stomp_broker_thread
+    env = {"STOMPFAST_URL": f"stomp://app:wrong-pass-9@127.0.0.1:{broker.port}/"}
+    refused = run("send", "/queue/a", "x", env=env)
+    line = assert_one_line_error(refused, cli.EXIT_FAILURE)
+    assert "Bad CONNECT" in line and f"stomp://app:***@127.0.0.1:{broker.port}/" in line
+    assert "wrong-pass" not in line
+
+    # --passcode beats the passcode of $STOMPFAST_URL; neither is printed
+    sent = run("send", "--passcode", "right-pass-1", "/queue/a", "x", env=env)
+    assert sent.returncode == 0, sent
+    assert f"at stomp://app:***@127.0.0.1:{broker.port}/" in sent.stderr.decode()
+    assert b"pass-" not in sent.stderr
+
+
+# -- real brokers ---------------------------------------------------------------------------------
+
+REAL_BROKERS = {
+    "rabbitmq": os.environ.get("STOMPFAST_RABBITMQ_URL", "stomp://guest:guest@127.0.0.1:61613/"),
+    "activemq": os.environ.get("STOMPFAST_ACTIVEMQ_URL", "stomp://guest:guest@127.0.0.1:61614/"),
+}
+
+
+def _real_broker(name: str) -> str:
+    url = REAL_BROKERS[name]
+    ep = parse_url(url)
+    try:
+        with socket.create_connection((ep.host, ep.port), timeout=3) as s:
+            s.settimeout(5)
+            s.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\x00")
+            answers = s.recv(64).startswith(b"CONNECTED")
+    except OSError:
+        answers = False
+    if not answers:
+        message = f"{name} does not answer STOMP at {url} (scripts/brokers.sh start)"
+        if os.environ.get("STOMPFAST_REQUIRE_BROKERS") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return url
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", sorted(REAL_BROKERS))
+def test_round_trip_real_broker(name: str) -> None:
+    url, queue = _real_broker(name), unique_queue()
+    assert run("send", "--url", url, queue, "héllo", "-H", "x-order:7", "-q").returncode == 0
+    assert run("send", "--url", url, queue, "-q", input=BINARY).returncode == 0
+    got = run("listen", "--url", url, queue, "--json", "--count", "2", "--timeout", "10")
+    assert got.returncode == 0, got
+    first, second = [json.loads(line) for line in got.stdout.decode().splitlines()]
+    assert (first["body"], first["body_encoding"], first["headers"]["x-order"]) == ("héllo", "utf-8", "7")
+    assert second["body_encoding"] == "base64" and base64.b64decode(second["body"]) == BINARY
+    assert first["destination"] == second["destination"] == queue
+
+
+@pytest.mark.integration
+def test_wrong_password_real_rabbitmq() -> None:
+    ep = parse_url(_real_broker("rabbitmq"))
+    url = f"stomp://guest:Wr0ng-S3cret@{ep.host}:{ep.port}/"
+    line = assert_one_line_error(run("send", "--url", url, unique_queue(), "x"), cli.EXIT_FAILURE)
+    assert "Access refused" in line and "guest:***@" in line
+    assert "Wr0ng" not in line
+
+
+# -- helpers, in process --------------------------------------------------------------------------
+
+
+def test_mask() -> None:
+    assert cli.mask("in 'stomp://bob:s3cr3t@h:1/'") == "in 'stomp://bob:***@h:1/'"
+    assert cli.mask("stomp//bob:s3cr3t@h") == "stomp//bob:***@h"  # even in a URL too broken to parse
+    assert cli.mask("denied: hunter2x", ["hunter2x", None, ""]) == "denied: ***"
+    assert cli.mask("see the message", ["e"]) == "see the message"  # too short to mask outside URLs
+    assert cli.display_url("h", 1, "bob", "s3cr3t", "/") == "stomp://bob:***@h:1/"
+    assert cli.display_url("::1", 1, None, None, "vh") == "stomp://[::1]:1/vh"
+
+
+def test_argument_parsers() -> None:
+    assert cli.parse_heart_beat("0,5000") == (0, 5000)
+    assert cli.parse_versions("1.1, 1.2") == ("1.1", "1.2")
+    assert cli.parse_header("x-a:b:c") == ("x-a", "b:c")
+    for parse, text in [(cli.parse_heart_beat, "5"), (cli.parse_heart_beat, "-1,0"),
+                        (cli.parse_versions, "2.0"), (cli.parse_header, ":v")]:
+        with pytest.raises(Exception) as info:
+            parse(text)
+        assert type(info.value).__name__ == "ArgumentTypeError"
+
+
+def test_connection_settings_precedence() -> None:
+    parser = cli.build_parser()
+
+    def conn(argv: list[str], env: dict[str, str]) -> cli.Connection:
+        return cli.Connection(parser.parse_args(["send", "/queue/a", "x", *argv]), env)
+
+    c = conn([], {})
+    assert (c.host, c.port, c.login, c.passcode, c.vhost) == ("127.0.0.1", 61613, None, None, "/")
+    env = {"STOMPFAST_URL": "stomp://u1:p1@envhost:1/v", "STOMPFAST_LOGIN": "u2", "STOMPFAST_PASSCODE": "p2"}
+    c = conn([], env)
+    assert (c.host, c.login, c.passcode, c.vhost) == ("envhost", "u2", "p2", "v")  # the variables beat the URL's
+    c = conn(["--url", "stomp://u3:p3@flaghost/"], env)
+    assert (c.host, c.login, c.passcode, c.vhost) == ("flaghost", "u3", "p3", "/")  # the flag's URL beats them
+    c = conn(["--url", "stomp://flaghost", "--login", "u4", "--vhost", "x"], env)
+    assert (c.login, c.passcode, c.vhost) == ("u4", "p2", "x")
+    assert c.url == "stomp://u4:***@flaghost:61613/x"
+    assert set(c.secrets) >= {"p2"}
+
+
+def test_json_record_of_binary_and_text() -> None:
+    frame = Frame("MESSAGE", [("destination", "/queue/a"), ("message-id", "7"), ("x", "1"), ("x", "2")], BINARY)
+    record = json.loads(cli.message_record(Message(frame, "s1", "7", "7", None), True, False))
+    assert record == {
+        "destination": "/queue/a", "message_id": "7", "subscription": "s1",
+        "headers": {"destination": "/queue/a", "message-id": "7", "x": "1"},
+        "body": base64.b64encode(BINARY).decode(), "body_encoding": "base64",
+    }
+    plain = cli.message_record(Message(frame, "s1", "7", "7", None), False, True)
+    assert plain.startswith(b"destination:/queue/a\nmessage-id:7\nx:1\nx:2\n\n") and plain.endswith(BINARY)
+
+
+class _Terminal:
+    """A text stream that says it is a terminal."""
+
+    def __init__(self) -> None:
+        self.written: list[str] = []
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.written.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_status_works_without_rich(monkeypatch: pytest.MonkeyPatch) -> None:
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setitem(sys.modules, "rich", None)  # import rich -> ImportError
+    monkeypatch.setitem(sys.modules, "rich.console", None)
+    status = cli.Status()
+    assert status.console is None
+    status.info("hello")
+    with status.live(lambda: "progress", to_stdout=False):
+        pass
+    assert "".join(terminal.written) == "hello\n"
+    cli.Status(quiet=True).info("not shown")
+    assert "".join(terminal.written) == "hello\n"
+
+
+def test_status_uses_rich_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("rich")
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    assert cli.Status().console is not None
+
+
+def _add_hello(subparsers) -> None:
+    p = subparsers.add_parser("hello", help="say hello")
+    p.set_defaults(run=lambda args, ctx: 7)
+
+
+def test_a_subcommand_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "COMMANDS", [*cli.COMMANDS, f"{__name__}:_add_hello"])
+    assert cli.main(["hello"]) == 7
