@@ -361,7 +361,7 @@ def _plural(n: int, word: str) -> str:
 def _size(n: int) -> str:
     if n < 1024:
         return _plural(n, "byte")
-    for unit in ("KiB", "MiB", "GiB"):
+    for unit in ("KiB", "MiB", "GiB"):  # noqa: B007 (used after the loop)
         n /= 1024  # type: ignore[assignment]
         if n < 1024:
             break
@@ -657,6 +657,8 @@ def run_listen(args: argparse.Namespace, ctx: dict[str, Any]) -> int:
 async def _listen(conn: Connection, args: argparse.Namespace, sink: Any, status: Status, tally: _Tally) -> None:
     import anyio
 
+    from .errors import StaleMessageError
+
     # in the client modes this is also the prefetch: never hold more than --count unacked
     buffer_size = min(args.count, 1000) if args.count else 1000
     ack = args.ack != "auto"
@@ -696,7 +698,10 @@ async def _listen(conn: Connection, args: argparse.Namespace, sink: Any, status:
                     tally.bytes += len(message.body)
                     sink.write(message_record(message, args.json, args.headers), message, tally.messages)
                     if ack:
-                        await message.ack()
+                        try:
+                            await message.ack()
+                        except StaleMessageError:
+                            pass  # delivered before a reconnect: the broker sends it again
                 else:
                     tally.reason = f"{_plural(args.count, 'message')} received"
             if total.cancelled_caught:
