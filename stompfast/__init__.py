@@ -4,6 +4,7 @@ from ._client import AsyncClient, AsyncTransaction, Receipt
 from ._protocol import Message
 from ._scanner import FrameScanner, encode_frame
 from ._subscription import AsyncSubscription
+from ._sync import Client, Portal, ReceiptFuture, Subscription, SyncMessage, Transaction
 from .errors import (
     AuthenticationError,
     ClientClosedError,
@@ -35,6 +36,7 @@ __all__ = [
     "AsyncSubscription",
     "AsyncTransaction",
     "AuthenticationError",
+    "Client",
     "ClientClosedError",
     "ConfigurationError",
     "ConnectError",
@@ -47,8 +49,10 @@ __all__ = [
     "LimitExceededError",
     "LocalProtocolError",
     "Message",
+    "Portal",
     "ProtocolError",
     "Receipt",
+    "ReceiptFuture",
     "ReceiptTimeout",
     "ReceiveTimeout",
     "RemoteProtocolError",
@@ -57,6 +61,9 @@ __all__ = [
     "StompConnectionError",
     "StompError",
     "StompTimeout",
+    "Subscription",
+    "SyncMessage",
+    "Transaction",
     "TransactionError",
     "encode_frame",
 ]
