@@ -176,6 +176,7 @@ class Portal:
         self._portal: Optional[BlockingPortal] = None
         self._thread: Optional[threading.Thread] = None
         self._closed = False
+        self._lives: Set["_Lifetime"] = set()  # connected clients, closed cleanly by close()
 
     def __enter__(self) -> "Portal":
         return self.start()
@@ -241,12 +242,20 @@ class Portal:
             ready.set_exception(error)
 
     def close(self) -> None:
-        """Cancel what still runs on the loop, stop it and join its thread (idempotent)."""
+        """Close the clients still connected through it, stop the loop and join its thread (idempotent).
+
+        Clients are closed as by their ``close()`` (DISCONNECT, bounded by their
+        ``disconnect_timeout``); whatever else still runs on the loop is cancelled.
+        """
         with self._lock:
             portal, thread = self._portal, self._thread
             if thread is not None and thread.ident == threading.get_ident():
                 raise RuntimeError("a Portal cannot be closed from its own event loop thread")
             self._closed = True
+            lives, self._lives = list(self._lives), set()
+        for life in lives:
+            life.close()
+        with self._lock:
             self._portal = None
         if portal is None or thread is None:
             return
@@ -255,6 +264,14 @@ class Portal:
         except RuntimeError:  # stopped already
             pass
         thread.join()
+
+    def _register(self, life: "_Lifetime") -> None:
+        with self._lock:
+            self._lives.add(life)
+
+    def _unregister(self, life: "_Lifetime") -> None:
+        with self._lock:
+            self._lives.discard(life)
 
     def __repr__(self) -> str:
         state = "running" if self._portal is not None else ("closed" if self._closed else "new")
@@ -471,19 +488,50 @@ async def _open_subscription(
     return sub
 
 
-def _close_abandoned(portal: BlockingPortal, closing: anyio.Event, owner: Optional[Portal]) -> None:
-    """Finalizer of a Client dropped without close(): runs in a thread of its own (GC can run anywhere)."""
+class _Lifetime:
+    """A client's connection as its finalizer and its Portal see it: no reference to the Client.
 
-    def close() -> None:
+    Closing sets ``closing``, so the host task leaves ``async with`` normally and
+    DISCONNECT goes out; a cancelled host task could not send it (the async
+    client's writer is cancelled with it).
+    """
+
+    __slots__ = ("portal", "closing", "owner", "shared", "host")
+
+    def __init__(
+        self, portal: BlockingPortal, closing: anyio.Event, owner: Optional[Portal], shared: Optional[Portal]
+    ) -> None:
+        self.portal = portal
+        self.closing = closing
+        self.owner = owner  # the Portal the client started for itself
+        self.shared = shared  # the Portal it was given
+        self.host: Optional["concurrent.futures.Future[None]"] = None
+
+    def close(self) -> None:
+        """End the host task (DISCONNECT, bounded by disconnect_timeout) and wait for it; idempotent."""
+        if self.shared is not None:
+            self.shared._unregister(self)
+        host = self.host
+        if host is None or host.done():
+            return
         try:
-            if owner is not None:
-                owner.close()  # cancels the host task, whose exit still disconnects (shielded, bounded)
-            else:
-                portal.call(closing.set)
-        except Exception:  # the loop is gone already
-            pass
+            self.portal.call(self.closing.set)
+            host.result()
+        except (RuntimeError, concurrent.futures.CancelledError):
+            pass  # the loop is gone (an anyio portal stopped first): nothing left to close
 
-    threading.Thread(target=close, name="stompfast-finalizer", daemon=True).start()
+    def abandon(self) -> None:
+        """Finalizer of a Client dropped without close(): close it in a thread (GC can run anywhere)."""
+
+        def close() -> None:
+            try:
+                self.close()
+                if self.owner is not None:
+                    self.owner.close()
+            except Exception:  # pragma: no cover - nothing to report to at this point
+                log.debug("closing an abandoned client failed", exc_info=True)
+
+        threading.Thread(target=close, name="stompfast-finalizer", daemon=True).start()
 
 
 # -- the client ----------------------------------------------------------------------------
@@ -537,10 +585,11 @@ class Client:
     ) -> None:
         self._lock = threading.Lock()
         self._closed = False
-        self._host_future: Optional["concurrent.futures.Future[None]"] = None
+        self._connected = False
         self._callback_subs: Set["Subscription"] = set()
         self._outstanding: Set[ReceiptFuture] = set()  # pipelined receipts not settled yet (loop only)
         self._owner: Optional[Portal] = None
+        shared: Optional[Portal] = None
         if portal is None:
             self._owner = Portal(backend or "asyncio", backend_options, name="stompfast-client").start()
             blocking = self._owner.portal
@@ -550,6 +599,7 @@ class Client:
                 " shared portal's loop is used"
             )
         elif isinstance(portal, Portal):
+            shared = portal
             blocking = portal.start().portal
         elif isinstance(portal, BlockingPortal):
             blocking = portal
@@ -589,7 +639,8 @@ class Client:
             if self._owner is not None:
                 self._owner.close()
             raise
-        self._finalizer = weakref.finalize(self, _close_abandoned, blocking, self._closing, self._owner)
+        self._life = _Lifetime(blocking, self._closing, self._owner, shared)
+        self._finalizer = weakref.finalize(self, self._life.abandon)
         self._finalizer.atexit = False  # at exit the daemon threads simply end with the process
 
     # -- crossing into the loop -----------------------------------------------------------
@@ -690,12 +741,16 @@ class Client:
         """
         timeout = _check_timeout(timeout)
         with self._lock:
-            if self._closed or self._host_future is not None:
+            if self._closed or self._connected:
                 raise ClientClosedError("a Client connects once; create a new one to connect again")
+            self._connected = True
             ready: "concurrent.futures.Future[None]" = concurrent.futures.Future()
-            self._host_future = self._spawn(_host, self._async, self._closing, timeout, ready)
+            life = self._life
+            life.host = self._spawn(_host, self._async, self._closing, timeout, ready)
+            if life.shared is not None:
+                life.shared._register(life)
         try:
-            self._wait(ready, self._host_future)
+            self._wait(ready, life.host)
         except BaseException:
             self.close()
             raise
@@ -712,16 +767,10 @@ class Client:
             if self._closed:
                 return
             self._closed = True
-            host = self._host_future
             for sub in self._callback_subs:
                 sub._stopping = True  # what a callback thread took but did not deliver yet is dropped
         try:
-            if host is not None and not host.done():
-                try:
-                    self._portal.call(self._closing.set)
-                    host.result()  # the host task left `async with`: DISCONNECT done
-                except (RuntimeError, concurrent.futures.CancelledError):
-                    pass  # the loop is gone (a shared portal closed first): nothing left to close
+            self._life.close()
         finally:
             with self._lock:
                 subs = list(self._callback_subs)
@@ -1036,15 +1085,21 @@ class Subscription:
                     break
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             # Another thread may hand out what this call took; then this one goes round again.
-            if not self._client._call(
-                functools.partial(self._take, max_messages, iterating),
-                remaining,
-                lambda: ReceiveTimeout(
-                    f"no message on {self.destination!r} within {timeout:g} s",
-                    destination=self.destination,
-                    timeout=timeout,
-                ),
-            ):
+            try:
+                more = self._client._call(
+                    functools.partial(self._take, max_messages, iterating),
+                    remaining,
+                    lambda: ReceiveTimeout(
+                        f"no message on {self.destination!r} within {timeout:g} s",
+                        destination=self.destination,
+                        timeout=timeout,
+                    ),
+                )
+            except ClientClosedError:
+                if iterating:  # the client's loop stopped under the wait: iteration ends
+                    return []
+                raise
+            if not more:
                 return []
         return [SyncMessage(m, self) for m in batch]
 
