@@ -5,6 +5,7 @@ from ._protocol import Message
 from ._reconnect import ConnectionEvent, ReconnectPolicy
 from ._scanner import FrameScanner, encode_frame
 from ._subscription import AsyncSubscription
+from ._sync import Client, Portal, ReceiptFuture, Subscription, SyncMessage, Transaction
 from .errors import (
     AuthenticationError,
     ClientClosedError,
@@ -36,6 +37,7 @@ __all__ = [
     "AsyncSubscription",
     "AsyncTransaction",
     "AuthenticationError",
+    "Client",
     "ClientClosedError",
     "ConfigurationError",
     "ConnectError",
@@ -49,8 +51,10 @@ __all__ = [
     "LimitExceededError",
     "LocalProtocolError",
     "Message",
+    "Portal",
     "ProtocolError",
     "Receipt",
+    "ReceiptFuture",
     "ReceiptTimeout",
     "ReceiveTimeout",
     "ReconnectPolicy",
@@ -60,6 +64,9 @@ __all__ = [
     "StompConnectionError",
     "StompError",
     "StompTimeout",
+    "Subscription",
+    "SyncMessage",
+    "Transaction",
     "TransactionError",
     "encode_frame",
 ]

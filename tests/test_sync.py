@@ -1,0 +1,978 @@
+"""The sync Client against the in-process broker (running in a thread of its own).
+
+Every test that talks to the broker runs with the client's own event loop on
+asyncio, asyncio+uvloop and trio (the ``backend`` fixture). The parity test at
+the end proves that the sync classes mirror the async ones, parameter by
+parameter (DESIGN rule 11).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import gc
+import inspect
+import logging
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import anyio
+import anyio.from_thread
+import pytest
+
+from stompfast import (
+    AsyncClient,
+    AsyncSubscription,
+    AsyncTransaction,
+    AuthenticationError,
+    Client,
+    ClientClosedError,
+    ConfigurationError,
+    ConnectError,
+    ConnectionLostError,
+    ConnectTimeout,
+    LocalProtocolError,
+    Message,
+    Portal,
+    Receipt,
+    ReceiptFuture,
+    ReceiptTimeout,
+    ReceiveTimeout,
+    ServerError,
+    StompTimeout,
+    Subscription,
+    SyncMessage,
+    Transaction,
+    TransactionError,
+)
+from stompfast.testing import Broker
+
+pytestmark = [pytest.mark.timeout(30)]
+
+WAIT = 5  # seconds anything that should happen may take before the test fails
+
+BACKENDS = [
+    pytest.param(("asyncio", None), id="asyncio"),
+    pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio-uvloop"),
+    pytest.param(("trio", None), id="trio"),
+]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Tuple[str, Optional[Dict[str, Any]]]:
+    """The anyio backend of the client's own event loop thread: (name, backend_options)."""
+    return request.param
+
+
+@pytest.fixture
+def broker(stomp_broker_thread: Broker) -> Broker:
+    return stomp_broker_thread
+
+
+@pytest.fixture
+def make(broker: Broker, backend):
+    """Make a Client of ``broker`` on the test's backend (not connected); closed after the test."""
+    clients: List[Client] = []
+
+    def make(**kwargs: Any) -> Client:
+        kwargs.setdefault("heart_beat", (0, 0))
+        name, options = backend
+        client = Client(broker.url, backend=name, backend_options=options, **kwargs)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def client(make) -> Client:
+    """A connected Client."""
+    c = make()
+    c.connect()
+    return c
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = WAIT) -> None:
+    """Poll client-side state that has no event to wait on (a buffer's length)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.005)
+
+
+def run_threads(*targets: Callable[[], None]) -> None:
+    """Run each target in a thread, join them all, and re-raise the first failure."""
+    errors: List[BaseException] = []
+
+    def guard(target: Callable[[], None]) -> None:
+        try:
+            target()
+        except BaseException as exc:  # noqa: B036 - handed to the test thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guard, args=(t,)) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT * 2)
+        assert not t.is_alive(), "a thread did not finish"
+    if errors:
+        raise errors[0]
+
+
+def new_threads(action: Callable[[], Any]) -> Tuple[Any, List[threading.Thread]]:
+    """Run ``action`` and return its result and the threads it started that are still alive."""
+    before = set(threading.enumerate())
+    result = action()
+    return result, [t for t in threading.enumerate() if t not in before]
+
+
+# -- connecting and closing ---------------------------------------------------------------
+
+
+@pytest.mark.stomp_broker(heart_beat=(200, 200))
+def test_connect_negotiates_and_exposes_the_session(make, broker):
+    c = make(heart_beat=(100, 100))
+    assert not c.is_connected and c.version is None
+    with c as entered:
+        assert entered is c
+        assert c.version == "1.2"
+        assert c.server == broker.server
+        assert c.session in broker.sessions
+        assert c.heart_beat == (200, 200)
+        assert c.is_connected and c.error is None
+        assert (c.endpoint.host, c.endpoint.port) == ("127.0.0.1", broker.port)
+    assert not c.is_connected
+    broker.wait_for_blocking(lambda: broker.connections == 0)
+    assert "DISCONNECT" in [f.command for f in broker.received]
+
+
+def test_connect_and_close_without_with_and_close_is_idempotent(make, broker):
+    c = make()
+    c.connect()
+    assert c.is_connected
+    c.close()
+    c.close()
+    assert not c.is_connected
+    with pytest.raises(ClientClosedError):
+        c.send("/queue/a", b"x")
+    with pytest.raises(ClientClosedError):
+        c.connect()
+    with pytest.raises(ClientClosedError):
+        c.subscribe("/queue/a")
+
+
+def test_close_stops_the_clients_own_loop_thread(broker, backend):
+    name, options = backend
+    c, threads = new_threads(
+        lambda: Client(broker.url, heart_beat=(0, 0), backend=name, backend_options=options)
+    )
+    assert [t.name for t in threads] == ["stompfast-client"]
+    assert all(t.daemon for t in threads)
+    c.connect()
+    c.close()
+    for t in threads:
+        t.join(WAIT)
+        assert not t.is_alive()
+
+
+def test_refused_connection_is_a_connect_error_and_closes_the_client(make, broker):
+    broker.refuse_connections(1)
+    c = make()
+    with pytest.raises(ConnectError):
+        c.connect()
+    with pytest.raises(ClientClosedError):
+        c.connect()
+
+
+@pytest.mark.stomp_broker(users={"alice": "right"})
+def test_wrong_passcode_is_an_authentication_error(make):
+    with pytest.raises(AuthenticationError) as info:
+        with make(login="alice", passcode="wrong"):
+            pass
+    assert "Bad CONNECT" in str(info.value)
+
+
+def test_no_connected_in_time_is_a_connect_timeout(backend):
+    name, options = backend
+    with socket.socket() as silent:  # accepts (the kernel's backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"stomp://127.0.0.1:{silent.getsockname()[1]}"
+        for kwargs, connect_kwargs in (({}, {"timeout": 0.3}), ({"connect_timeout": 0.3}, {})):
+            c = Client(url, heart_beat=(0, 0), backend=name, backend_options=options, **kwargs)
+            started = time.monotonic()
+            with pytest.raises(ConnectTimeout) as info:
+                c.connect(**connect_kwargs)
+            assert 0.25 < time.monotonic() - started < WAIT
+            assert isinstance(info.value, TimeoutError) and isinstance(info.value, ConnectError)
+            with pytest.raises(ClientClosedError):
+                c.send("/queue/a", b"x")
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"versions": ["3.0"]},
+        {"heart_beat": (-1, 0)},
+        {"port": 70000},
+        {"backend": "curio"},
+        {"backend": "trio", "portal": Portal()},
+        {"backend_options": {"use_uvloop": True}, "portal": Portal()},
+        {"portal": "not a portal"},
+    ],
+    ids=["versions", "heart_beat", "port", "backend", "backend+portal", "options+portal", "portal"],
+)
+def test_bad_options_are_configuration_errors_and_leave_no_thread(kwargs):
+    (_, threads) = new_threads(
+        lambda: pytest.raises(ConfigurationError, Client, "stomp://127.0.0.1", **kwargs)
+    )
+    for t in threads:
+        t.join(WAIT)
+        assert not t.is_alive()
+
+
+def test_bad_timeouts_are_configuration_errors(client):
+    for bad in (-1, "1", float("nan"), True):
+        with pytest.raises(ConfigurationError):
+            client.flush(timeout=bad)
+    with client.subscribe("/queue/a") as sub:
+        with pytest.raises(ConfigurationError):
+            sub.receive_batch(0)
+    with pytest.raises(ConfigurationError):
+        client.subscribe("/queue/a", on_error=print)  # on_error without a callback
+
+
+def test_the_loop_thread_cannot_call_the_sync_client(client):
+    with pytest.raises(RuntimeError, match="own event loop thread"):
+        client.portal.call(client.flush)
+
+
+# -- sending and receipts -------------------------------------------------------------------
+
+
+def test_send_and_receive_text_and_binary(client):
+    with client.subscribe("/queue/a") as sub:
+        client.send("/queue/a", "héllo")
+        client.send("/queue/a", b"\x00\xff\x00", content_type="application/octet-stream")
+        client.send("/queue/a", bytearray(b"ba"), headers={"k": "a:b\\c"})
+        m1, m2, m3 = [sub.receive(timeout=WAIT) for _ in range(3)]
+    assert isinstance(m1, SyncMessage) and isinstance(m1, Message)
+    assert (m1.body, m1.text, m1.content_type) == ("héllo".encode(), "héllo", "text/plain;charset=utf-8")
+    assert (m2.body, m2.content_type) == (b"\x00\xff\x00", "application/octet-stream")
+    assert (m3.body, m3.headers["k"]) == (b"ba", "a:b\\c")
+    assert m1.destination == "/queue/a" and m1.subscription == sub.id and m1.message_id
+    assert not m1.redelivered
+
+
+def test_send_with_receipt_returns_a_confirmed_future(client, broker):
+    r = client.send("/queue/a", b"x", receipt=True)
+    assert isinstance(r, ReceiptFuture) and isinstance(r, concurrent.futures.Future)
+    assert r.done() and r.error is None and r.exception(0) is None
+    assert r.result(0) == r.receipt_id and r.wait() is r
+    assert not r.cancel()
+    assert broker.queue_depth("/queue/a") == 1
+    assert client.send("/queue/a", b"y") is None
+
+
+def test_withheld_receipts_time_out_and_the_client_goes_on(client, broker):
+    broker.withhold_receipts()
+    pending = client.send("/queue/a", b"1", receipt=True, wait=False)
+    broker.wait_for_blocking(lambda: broker.stats.receipts_withheld >= 1)
+    started = time.monotonic()
+    with pytest.raises(ReceiptTimeout) as info:
+        pending.result(timeout=0.2)
+    assert time.monotonic() - started >= 0.2
+    assert info.value.receipt_id == pending.receipt_id and info.value.timeout == 0.2
+    with pytest.raises(ReceiptTimeout):
+        pending.wait(timeout=0.05)
+    with pytest.raises(ReceiptTimeout):
+        pending.exception(timeout=0.05)
+    with pytest.raises(ReceiptTimeout):
+        client.wait_receipts([pending, None], timeout=0.05)
+    assert not pending.done() and pending.error is None and not pending.cancel()
+    # waits that block in the loop are cancelled there at the deadline
+    with pytest.raises(ReceiptTimeout):
+        client.send("/queue/a", b"2", receipt=True, timeout=0.2)
+    with pytest.raises(ReceiptTimeout):
+        client.flush(timeout=0.2)
+    with pytest.raises(ReceiptTimeout):
+        with client.transaction(timeout=0.2) as tx:
+            tx.send("/queue/b", b"in a transaction")
+    broker.withhold_receipts(False)
+    assert client.send("/queue/a", b"3", receipt=True, timeout=WAIT).done()
+    assert client.is_connected and client.error is None
+    assert broker.queue_depth("/queue/a") == 3
+    assert not pending.done()  # a withheld receipt never comes
+
+
+def test_pipelined_receipts_flush_and_wait_receipts(client, broker):
+    broker.delay_receipts(0.5)
+    receipts = [client.send("/queue/a", b"%d" % i, receipt=True, wait=False) for i in range(20)]
+    client.send("/queue/a", b"plain")
+    assert not any(r.done() for r in receipts)
+    client.flush(timeout=WAIT)
+    # flush settles every future it covered before it returns
+    assert all(r.done() and r.error is None and r.result(0) == r.receipt_id for r in receipts)
+    assert broker.queue_depth("/queue/a") == 21
+    more = [client.send("/queue/b", b"x", receipt=True, wait=False) for _ in range(3)]
+    client.wait_receipts(more + [None], timeout=WAIT)
+    assert all(r.done() for r in more)
+    last = client.send("/queue/b", b"y", receipt=True, wait=False)
+    done, _ = concurrent.futures.wait([last], timeout=WAIT)
+    assert done == {last}
+    with pytest.raises(TypeError):
+        client.wait_receipts(["r1"])
+
+
+def test_a_refused_send_fails_its_future_with_server_error(client):
+    with client.subscribe("/queue/ok") as sub:
+        refused = client.send("/nowhere/x", b"x", receipt=True, wait=False)
+        with pytest.raises(ServerError) as info:
+            refused.result(timeout=WAIT)
+        assert info.value.receipt_id == refused.receipt_id
+        assert isinstance(refused.error, ServerError)
+        assert isinstance(client.error, ServerError) and not client.is_connected
+        with pytest.raises(ServerError):
+            sub.receive(timeout=WAIT)
+        with pytest.raises(ServerError):
+            client.send("/queue/ok", b"after")
+    client.close()
+
+
+def test_connection_loss_fails_pending_receipts_and_receives(client, broker):
+    with client.subscribe("/queue/a") as sub:
+        broker.withhold_receipts()
+        receipts = [client.send("/queue/a", b"x", receipt=True, wait=False) for _ in range(3)]
+        wait_until(lambda: sub.pending == 3)  # delivered: a drop does not flush the broker's outbox
+        broker.drop_connections()
+        for r in receipts:
+            with pytest.raises(ConnectionLostError):
+                r.result(timeout=WAIT)
+        # the three messages were delivered before the drop: handed out first, then the failure
+        assert [m.body for m in sub.receive_batch(10, timeout=WAIT)] == [b"x"] * 3
+        with pytest.raises(ConnectionLostError):
+            sub.receive(timeout=WAIT)
+        with pytest.raises(ConnectionLostError):
+            for _ in sub:
+                pass
+    assert isinstance(client.error, ConnectionLostError) and not client.is_connected
+    client.close()
+    client.close()
+
+
+def test_an_error_frame_reaches_receive_after_the_buffered_messages(client, broker):
+    with client.subscribe("/queue/a") as sub:
+        broker.publish("/queue/a", b"before")
+        wait_until(lambda: sub.pending == 1)
+        broker.send_error("boom", body="details")
+        assert sub.receive(timeout=WAIT).body == b"before"
+        with pytest.raises(ServerError) as info:
+            sub.receive(timeout=WAIT)
+        assert "boom" in str(info.value) and info.value.body == b"details"
+
+
+# -- subscriptions ---------------------------------------------------------------------------
+
+
+def test_subscribe_iterate_and_leave_unsubscribes(client, broker):
+    with client.subscribe("/queue/a") as sub:
+        assert isinstance(sub, Subscription) and broker.consumers("/queue/a") == 1
+        assert (sub.destination, sub.ack_mode, sub.buffer_size, sub.closed) == (
+            "/queue/a",
+            "auto",
+            1000,
+            False,
+        )
+        for i in range(3):
+            client.send("/queue/a", b"%d" % i)
+        got = []
+        for message in sub:
+            got.append(message.body)
+            if len(got) == 3:
+                break
+        assert got == [b"0", b"1", b"2"]
+    assert sub.closed
+    broker.wait_for_blocking(lambda: broker.consumers("/queue/a") == 0)
+    with pytest.raises(ClientClosedError):
+        sub.receive(timeout=WAIT)
+    sub.close()  # idempotent
+
+
+def test_subscribe_with_a_withheld_receipt_times_out_and_withdraws(client, broker):
+    broker.withhold_receipts()
+    with pytest.raises(ReceiptTimeout):
+        client.subscribe("/queue/a", timeout=0.2)
+    assert broker.stats.receipts_withheld == 1  # the broker did subscribe us...
+    broker.wait_for_blocking(  # ...and the client withdrew
+        lambda: "UNSUBSCRIBE" in [f.command for f in broker.received] and broker.consumers("/queue/a") == 0
+    )
+
+
+def test_auto_mode_needs_no_ack_and_refuses_one(client, broker):
+    with client.subscribe("/queue/a") as sub:
+        broker.publish("/queue/a", b"x")
+        message = sub.receive(timeout=WAIT)
+        with pytest.raises(LocalProtocolError):
+            message.ack()
+    assert broker.unacked("/queue/a") == 0 and broker.queue_depth("/queue/a") == 0
+
+
+def test_client_mode_acks_are_cumulative(client, broker):
+    with client.subscribe("/queue/a", ack="client") as sub:
+        for i in range(3):
+            broker.publish("/queue/a", b"%d" % i)
+        messages = [sub.receive(timeout=WAIT) for _ in range(3)]
+        messages[1].ack(receipt=True, timeout=WAIT)  # acks 0 and 1
+        assert broker.unacked("/queue/a") == 1
+        before = broker.stats.frames_in.get("ACK", 0)
+        messages[0].ack()  # covered already: nothing is sent
+        client.ack(messages[2], receipt=True, timeout=WAIT)
+        assert broker.stats.frames_in.get("ACK", 0) == before + 1
+        assert broker.unacked("/queue/a") == 0
+
+
+def test_client_individual_ack_nack_and_redelivery(client, broker):
+    with client.subscribe("/queue/a", ack="client-individual") as sub:
+        broker.publish("/queue/a", b"keep")
+        broker.publish("/queue/a", b"refuse")
+        keep, refuse = sub.receive(timeout=WAIT), sub.receive(timeout=WAIT)
+        keep.ack(receipt=True, timeout=WAIT)
+        refuse.nack(receipt=True, timeout=WAIT)
+        again = sub.receive(timeout=WAIT)  # requeued and redelivered
+        assert (again.body, again.redelivered) == (b"refuse", True)
+        client.nack(again, receipt=True, timeout=WAIT)
+        last = sub.receive(timeout=WAIT)
+        sub.ack_message(last, receipt=True, timeout=WAIT)
+    assert broker.unacked("/queue/a") == 0 and broker.queue_depth("/queue/a") == 0
+
+
+def test_receive_timeout_then_later_messages_all_arrive(client, broker):
+    with client.subscribe("/queue/a") as sub:
+        started = time.monotonic()
+        with pytest.raises(ReceiveTimeout) as info:
+            sub.receive(timeout=0.1)
+        assert time.monotonic() - started >= 0.1
+        assert info.value.destination == "/queue/a" and isinstance(info.value, StompTimeout)
+        for i in range(3):
+            broker.publish("/queue/a", b"%d" % i)
+        assert [sub.receive(timeout=WAIT).body for _ in range(3)] == [b"0", b"1", b"2"]
+        with pytest.raises(ReceiveTimeout):
+            sub.receive(timeout=0)
+
+
+def test_receives_racing_their_timeouts_lose_no_message(client, broker):
+    n = 300
+    with client.subscribe("/queue/a") as sub:
+        with pytest.raises(ReceiveTimeout):
+            sub.receive(timeout=0)  # at least one wait ends with a timeout
+        got: List[bytes] = []
+
+        def consume() -> None:
+            while len(got) < n:
+                try:
+                    if len(got) % 2:
+                        got.append(sub.receive(timeout=0.001).body)
+                    else:
+                        got.extend(m.body for m in sub.receive_many(7, timeout=0))
+                except ReceiveTimeout:
+                    pass
+
+        def publish() -> None:
+            for i in range(n):
+                broker.publish("/queue/a", b"%d" % i)
+
+        run_threads(consume, publish)
+        assert got == [b"%d" % i for i in range(n)]
+        with pytest.raises(ReceiveTimeout):
+            sub.receive(timeout=0.1)  # and nothing twice
+
+
+def test_receive_batch_returns_what_is_there_and_waits_only_for_the_first(client, broker):
+    with client.subscribe("/queue/a") as sub:
+        for i in range(50):
+            broker.publish("/queue/a", b"%d" % i)
+        wait_until(lambda: sub.pending == 50)
+        batch = sub.receive_batch(40, timeout=0)
+        assert [m.body for m in batch] == [b"%d" % i for i in range(40)]
+        assert [m.body for m in sub.receive_many(40)] == [b"%d" % i for i in range(40, 50)]
+        with pytest.raises(ReceiveTimeout):
+            sub.receive_many(5, timeout=0.1)
+        broker.publish("/queue/a", b"one")
+        started = time.monotonic()
+        assert [m.body for m in sub.receive_many(10, timeout=WAIT)] == [b"one"]
+        assert time.monotonic() - started < WAIT / 2
+
+
+def test_several_threads_send_while_one_iterates(client):
+    senders, per_sender = 4, 200
+    total = senders * per_sender
+    with client.subscribe("/queue/a") as sub:
+        got: List[str] = []
+
+        def consume() -> None:
+            for message in sub:
+                got.append(message.text)
+                if len(got) == total:
+                    break
+
+        def sender(k: int) -> Callable[[], None]:
+            def send() -> None:
+                for i in range(per_sender):
+                    client.send("/queue/a", f"{k}-{i}")
+                client.flush(timeout=WAIT)
+
+            return send
+
+        run_threads(consume, *[sender(k) for k in range(senders)])
+    assert len(got) == total and len(set(got)) == total
+    for k in range(senders):  # each sender's messages arrive in its order
+        assert [int(t.split("-")[1]) for t in got if t.startswith(f"{k}-")] == list(range(per_sender))
+
+
+def test_several_threads_receive_each_message_once(client, broker):
+    n, consumers = 200, 3
+    with client.subscribe("/queue/a") as sub:
+        got: List[List[bytes]] = [[] for _ in range(consumers)]
+        counted = threading.Semaphore(0)
+
+        def consumer(k: int) -> Callable[[], None]:
+            def consume() -> None:
+                for message in sub:
+                    got[k].append(message.body)
+                    counted.release()
+
+            return consume
+
+        threads = [threading.Thread(target=consumer(k)) for k in range(consumers)]
+        for t in threads:
+            t.start()
+        for i in range(n):
+            broker.publish("/queue/a", b"%d" % i)
+        for _ in range(n):
+            assert counted.acquire(timeout=WAIT)
+        sub.close()  # ends every iteration
+        for t in threads:
+            t.join(WAIT)
+            assert not t.is_alive()
+    every = [body for bodies in got for body in bodies]
+    assert sorted(every) == sorted(b"%d" % i for i in range(n))
+
+
+def test_iteration_ends_when_the_client_closes_from_another_thread(make, broker):
+    c = make()
+    c.connect()
+    sub = c.subscribe("/queue/a")
+    results: List[Any] = []
+    first = threading.Event()
+
+    def consume() -> None:
+        for message in sub:
+            results.append(message.body)
+            first.set()
+        results.append("end")
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    broker.publish("/queue/a", b"one")
+    assert first.wait(WAIT)
+    c.close()
+    consumer.join(WAIT)
+    assert results == [b"one", "end"]
+
+
+# -- transactions ------------------------------------------------------------------------------
+
+
+def test_transaction_commits_on_exit(client, broker):
+    with client.transaction() as tx:
+        assert isinstance(tx, Transaction) and tx.id
+        tx.send("/queue/a", b"1")
+        tx.send("/queue/a", "2", headers={"k": "v"}, content_type="text/x")
+        client.flush(timeout=WAIT)
+        assert broker.queue_depth("/queue/a") == 0
+    assert broker.queue_depth("/queue/a") == 2
+
+
+def test_transaction_aborts_on_an_exception_and_explicitly(client, broker):
+    with pytest.raises(KeyError):
+        with client.transaction() as tx:
+            tx.send("/queue/a", b"1")
+            raise KeyError("boom")
+    tx = client.transaction()
+    tx.__enter__()
+    tx.send("/queue/a", b"2")
+    tx.abort()
+    with pytest.raises(TransactionError):
+        tx.send("/queue/a", b"3")
+    client.flush(timeout=WAIT)
+    assert broker.queue_depth("/queue/a") == 0
+    assert len([f for f in broker.received if f.command == "ABORT"]) >= 2
+
+
+def test_transactional_acks_and_explicit_commit(client, broker):
+    with client.subscribe("/queue/a", ack="client-individual") as sub:
+        broker.publish("/queue/a", b"x")
+        broker.publish("/queue/a", b"y")
+        x, y = sub.receive(timeout=WAIT), sub.receive(timeout=WAIT)
+        tx = client.transaction()
+        tx.__enter__()
+        tx.ack(x)
+        tx.nack(y)
+        client.flush(timeout=WAIT)
+        assert broker.unacked("/queue/a") == 2
+        tx.commit(timeout=WAIT)
+        again = sub.receive(timeout=WAIT)
+        assert (again.body, again.redelivered) == (b"y", True)
+        again.ack(receipt=True, timeout=WAIT)
+    assert broker.unacked("/queue/a") == 0
+
+
+# -- callback subscriptions -------------------------------------------------------------------
+
+
+def test_callback_subscription_delivers_in_its_own_thread_and_close_stops_it(client, broker):
+    got: List[bytes] = []
+    threads = set()
+    done = threading.Event()
+
+    def handle(message: SyncMessage) -> None:
+        threads.add(threading.current_thread())
+        got.append(message.body)
+        message.ack()
+        if len(got) == 5:
+            done.set()
+
+    sub = client.subscribe("/queue/a", ack="client-individual", callback=handle)
+    for i in range(5):
+        client.send("/queue/a", b"%d" % i)
+    assert done.wait(WAIT)
+    assert got == [b"%d" % i for i in range(5)]
+    (worker,) = threads
+    assert worker is not threading.current_thread() and worker.name.startswith("stompfast-callback")
+    assert worker.daemon
+    client.flush(timeout=WAIT)  # the acks went out before the probe
+    assert broker.unacked("/queue/a") == 0
+    with pytest.raises(ConfigurationError):
+        sub.receive(timeout=0)
+    with pytest.raises(ConfigurationError):
+        next(iter(sub))
+    sub.close()
+    assert not worker.is_alive()
+    broker.wait_for_blocking(lambda: broker.consumers("/queue/a") == 0)
+    client.send("/queue/a", b"after", receipt=True)
+    assert broker.queue_depth("/queue/a") == 1 and len(got) == 5
+
+
+@pytest.mark.stomp_broker(heart_beat=(100, 100), heartbeat_grace=0.05)
+def test_a_slow_callback_stalls_neither_heart_beats_nor_the_reader(make, broker):
+    c = make(heart_beat=(100, 100))
+    c.connect()
+    entered, release, second = threading.Event(), threading.Event(), threading.Event()
+    got: List[bytes] = []
+
+    def slow(message: SyncMessage) -> None:
+        got.append(message.body)
+        if message.body == b"first":
+            entered.set()
+            release.wait(WAIT * 2)
+        else:
+            second.set()
+
+    with c.subscribe("/queue/a", callback=slow) as sub:
+        c.send("/queue/a", b"first")
+        assert entered.wait(WAIT)
+        beats = broker.stats.heartbeats_in
+        # ten beats take 0.5 s or more: past the broker's limit for a silent client (0.25 s)
+        # and past the client's for a silent broker (0.3 s)
+        broker.wait_for_blocking(lambda: broker.stats.heartbeats_in >= beats + 10)
+        c.send("/queue/a", b"second", receipt=True, timeout=WAIT)  # the reader still reads
+        wait_until(lambda: sub.pending == 1)
+        assert c.is_connected and c.error is None
+        release.set()
+        assert second.wait(WAIT)
+    assert got == [b"first", b"second"]
+    assert c.is_connected
+
+
+def test_callback_exceptions_go_to_on_error_and_delivery_goes_on(client):
+    got: List[bytes] = []
+    errors: List[Tuple[BaseException, Optional[SyncMessage]]] = []
+    done = threading.Event()
+
+    def handle(message: SyncMessage) -> None:
+        if message.body == b"bad":
+            raise ValueError("bad message")
+        got.append(message.body)
+        if message.body == b"last":
+            done.set()
+
+    with client.subscribe("/queue/a", callback=handle, on_error=lambda e, m: errors.append((e, m))) as sub:
+        for body in (b"good", b"bad", b"last"):
+            client.send("/queue/a", body)
+        assert done.wait(WAIT)
+        assert not sub.closed
+    assert got == [b"good", b"last"]
+    [(error, message)] = errors
+    assert isinstance(error, ValueError) and message is not None and message.body == b"bad"
+
+
+def test_callback_exceptions_without_on_error_are_logged(client, caplog):
+    done = threading.Event()
+
+    def handle(message: SyncMessage) -> None:
+        if message.body == b"bad":
+            raise ValueError("bad message")
+        done.set()
+
+    with caplog.at_level(logging.ERROR, logger="stompfast"):
+        with client.subscribe("/queue/a", callback=handle):
+            client.send("/queue/a", b"bad")
+            client.send("/queue/a", b"good")
+            assert done.wait(WAIT)
+    [record] = [r for r in caplog.records if r.name == "stompfast"]
+    assert "raised" in record.getMessage() and "delivery goes on" in record.getMessage()
+    assert record.exc_info is not None and record.exc_info[0] is ValueError
+
+
+def test_a_connection_failure_ends_a_callback_subscription_through_on_error(client, broker):
+    failures: List[Tuple[BaseException, Optional[SyncMessage]]] = []
+    ended = threading.Event()
+
+    def on_error(error: BaseException, message: Optional[SyncMessage]) -> None:
+        failures.append((error, message))
+        ended.set()
+
+    sub = client.subscribe("/queue/a", callback=lambda m: None, on_error=on_error)
+    broker.drop_connections()
+    assert ended.wait(WAIT)
+    [(error, message)] = failures
+    assert isinstance(error, ConnectionLostError) and message is None
+    sub.close()
+    assert sub.closed
+
+
+def test_a_callback_may_close_its_subscription_and_its_client(client):
+    closed = threading.Event()
+    holder: Dict[str, Subscription] = {}
+
+    def close_sub(message: SyncMessage) -> None:
+        holder["sub"].close()
+        closed.set()
+
+    holder["sub"] = client.subscribe("/queue/a", callback=close_sub)
+    client.send("/queue/a", b"x")
+    assert closed.wait(WAIT)
+    assert holder["sub"].closed
+
+    done = threading.Event()
+
+    def close_client(message: SyncMessage) -> None:
+        client.close()
+        done.set()
+
+    client.subscribe("/queue/b", callback=close_client)
+    client.send("/queue/b", b"x")
+    assert done.wait(WAIT)
+    assert not client.is_connected
+
+
+# -- portals and lifetime ----------------------------------------------------------------------
+
+
+def test_a_shared_portal_runs_two_clients_on_one_loop(broker, backend):
+    name, options = backend
+    with Portal(name, options) as portal:
+        with (
+            Client(broker.url, heart_beat=(0, 0), portal=portal) as a,
+            Client(broker.url, heart_beat=(0, 0), portal=portal) as b,
+        ):
+            assert a.portal is b.portal is portal.portal
+            assert a.portal.call(threading.get_ident) == portal.thread.ident
+            with b.subscribe("/queue/a") as sub:
+                a.send("/queue/a", b"from a", receipt=True, timeout=WAIT)
+                assert sub.receive(timeout=WAIT).body == b"from a"
+            a.close()
+            assert portal.running and b.is_connected
+            b.send("/queue/a", b"still", receipt=True, timeout=WAIT)
+        with Client(broker.url, heart_beat=(0, 0), portal=portal) as c:  # the portal outlives its clients
+            c.flush(timeout=WAIT)
+    assert not portal.running and not portal.thread.is_alive()
+    with pytest.raises(ClientClosedError):
+        portal.start()
+
+
+def test_an_anyio_blocking_portal_can_be_shared(broker, backend):
+    name, options = backend
+    with anyio.from_thread.start_blocking_portal(name, options) as portal:
+        with Client(broker.url, heart_beat=(0, 0), portal=portal) as c:
+            assert c.portal is portal
+            c.send("/queue/a", b"x", receipt=True, timeout=WAIT)
+        portal.call(anyio.sleep, 0)  # not stopped by the client
+
+
+def test_closing_a_shared_portal_closes_its_clients(broker, backend):
+    name, options = backend
+    portal = Portal(name, options).start()
+    c = Client(broker.url, heart_beat=(0, 0), portal=portal)
+    c.connect()
+    portal.close()  # closes its clients first, as their close() would
+    broker.wait_for_blocking(lambda: broker.connections == 0)
+    assert "DISCONNECT" in [f.command for f in broker.received]
+    with pytest.raises(ClientClosedError):
+        c.send("/queue/a", b"x")
+    c.close()
+
+
+def test_an_abandoned_client_is_disconnected_and_its_thread_ends(broker, backend):
+    name, options = backend
+    c, threads = new_threads(
+        lambda: Client(broker.url, heart_beat=(0, 0), backend=name, backend_options=options)
+    )
+    c.connect()
+    broker.wait_for_blocking(lambda: broker.connections == 1)
+    del c
+    gc.collect()
+    broker.wait_for_blocking(lambda: broker.connections == 0)
+    for t in threads:
+        t.join(WAIT)
+        assert not t.is_alive()
+    assert "DISCONNECT" in [f.command for f in broker.received]
+
+
+def test_the_interpreter_exits_with_a_client_left_open(broker, backend):
+    name, options = backend
+    code = f"""
+import stompfast
+c = stompfast.Client({broker.url!r}, heart_beat=(100, 100), backend={name!r}, backend_options={options!r})
+c.connect()
+c.subscribe("/queue/exit", callback=lambda m: None)
+c.subscribe("/queue/other")
+c.send("/queue/exit", b"x", receipt=True)
+print("connected", flush=True)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT * 3)
+    assert (out.returncode, out.stdout.strip()) == (0, "connected"), out.stderr
+
+
+# -- the sync classes mirror the async ones ------------------------------------------------------
+
+#: Async names whose sync twin has another name.
+RENAMED = {
+    "aclose": "close",
+    "__aenter__": "__enter__",
+    "__aexit__": "__exit__",
+    "__aiter__": "__iter__",
+    "__anext__": "__next__",
+}
+
+#: Parameters only the sync twin has (besides ``timeout``), per (sync class, method).
+EXTRA_PARAMETERS = {
+    ("Client", "__init__"): {"portal", "backend", "backend_options"},
+    ("Client", "subscribe"): {"callback", "on_error"},
+}
+
+#: Public names only the sync twin has, per sync class.
+EXTRA_NAMES = {
+    "Client": {"portal"},
+    "Subscription": {"receive_many"},
+    "Transaction": set(),
+    "ReceiptFuture": {n for n in dir(concurrent.futures.Future) if not n.startswith("_")},
+    "SyncMessage": set(),
+}
+
+TWINS = [
+    (AsyncClient, Client),
+    (AsyncSubscription, Subscription),
+    (AsyncTransaction, Transaction),
+    (Receipt, ReceiptFuture),
+    (Message, SyncMessage),
+]
+
+
+def _async_instances() -> Dict[type, Any]:
+    """One instance of each async class (made in a loop: they hold anyio primitives)."""
+
+    async def build() -> Dict[type, Any]:
+        client = AsyncClient("stomp://127.0.0.1:61613")
+        return {
+            AsyncClient: client,
+            AsyncSubscription: client.subscribe("/queue/a"),
+            AsyncTransaction: client.transaction(),
+            Receipt: Receipt("r1"),
+        }
+
+    return anyio.run(build)
+
+
+def _public_names(cls: type, instance: Any = None) -> set:
+    names = {n for n in dir(cls) if not n.startswith("_")}
+    names |= {n for n in RENAMED if n in vars(cls) or any(n in vars(base) for base in cls.__mro__)}
+    if instance is not None and hasattr(instance, "__dict__"):
+        names |= {n for n in vars(instance) if not n.startswith("_")}  # plain attributes set in __init__
+    if cls is AsyncClient:
+        names.add("__init__")
+    return names
+
+
+def _parameters(fn: Any) -> List[Tuple[str, Any, Any]]:
+    return [
+        (p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values() if p.name != "self"
+    ]
+
+
+@pytest.mark.parametrize("async_cls, sync_cls", TWINS, ids=[s.__name__ for _, s in TWINS])
+def test_the_sync_twin_mirrors_every_public_name_and_parameter(async_cls, sync_cls):
+    instance = _async_instances().get(async_cls)
+    async_names = _public_names(async_cls, instance)
+    expected = {RENAMED.get(n, n) for n in async_names}
+    sync_names = _public_names(sync_cls) - {"__init__"} | ({"__init__"} if sync_cls is Client else set())
+    sync_names |= {n for n in RENAMED.values() if hasattr(sync_cls, n)}
+    assert expected - sync_names == set(), f"{sync_cls.__name__} lacks these"
+    extra = {n for n in sync_names - expected if not n.startswith("__")}
+    assert extra <= EXTRA_NAMES[sync_cls.__name__], f"{sync_cls.__name__} has undeclared extras"
+
+    for name in sorted(async_names):
+        twin_name = RENAMED.get(name, name)
+        async_attr = inspect.getattr_static(async_cls, name, None)
+        sync_attr = inspect.getattr_static(sync_cls, twin_name)
+        if async_attr is None or not callable(async_attr) or isinstance(async_attr, (property, type)):
+            # a property, a slot or a plain attribute: the twin must read it as a property or attribute
+            assert not callable(sync_attr) or isinstance(sync_attr, property), (sync_cls, twin_name)
+            continue
+        if sync_cls is SyncMessage and name in ("ack", "nack"):
+            # Message.ack(**kwargs) forwards to the subscription: the contract is ack_message's
+            async_fn = getattr(AsyncSubscription, f"{name}_message")
+            async_params = _parameters(async_fn)[1:]  # without ``message``
+        else:
+            async_fn = getattr(async_cls, name)
+            async_params = _parameters(async_fn)
+        sync_fn = getattr(sync_cls, twin_name)
+        assert callable(sync_fn)
+        assert not inspect.iscoroutinefunction(sync_fn), (sync_cls, twin_name)
+        allowed = EXTRA_PARAMETERS.get((sync_cls.__name__, twin_name), set()) | {"timeout"}
+        sync_params = _parameters(sync_fn)
+        for pname, kind, default in sync_params:
+            if pname in allowed and pname not in {p[0] for p in async_params}:
+                assert kind is inspect.Parameter.KEYWORD_ONLY and default is None, (twin_name, pname)
+        mirrored = [p for p in sync_params if p[0] not in allowed or p[0] in {q[0] for q in async_params}]
+        assert mirrored == async_params, (
+            f"{sync_cls.__name__}.{twin_name} differs from {async_cls.__name__}.{name}"
+        )
+
+
+def test_the_parity_test_notices_a_missing_parameter():
+    """The comparison above fails for a twin that lacks a parameter (it can fail)."""
+
+    class Narrow:
+        def send(self, destination, body=b"", *, timeout=None):
+            pass
+
+    assert _parameters(Narrow.send) != _parameters(AsyncClient.send)
+    assert [p for p in _parameters(Client.send) if p[0] != "timeout"] == _parameters(AsyncClient.send)
