@@ -208,7 +208,7 @@ class AsyncClient:
 
     def __init__(
         self,
-        url: Optional[str] = None,
+        url: Union[str, Sequence[str], None] = None,
         *,
         login: Optional[str] = None,
         passcode: Optional[str] = None,
@@ -305,6 +305,7 @@ class AsyncClient:
         self._watching = False  # a liveness watch runs: note when we last read
         self._push = False  # asyncio: frames are dispatched from data_received, no reader task
         self._stall_handle: Any = None
+        self._writing = False  # the writer task is inside transport.send
         # reconnecting
         self._link_alive = False  # a connection is installed and has not failed
         self._lost: Optional[anyio.Event] = None  # set when the current connection fails
@@ -360,8 +361,10 @@ class AsyncClient:
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
+        exc_type = exc_info[0] if exc_info else None
+        cancelled = exc_type is not None and issubclass(exc_type, anyio.get_cancelled_exc_class())
         try:
-            await self._shutdown()
+            await self._shutdown(cancelled=cancelled)
         finally:
             await self._exit_group()
 
@@ -662,7 +665,7 @@ class AsyncClient:
             tg.cancel_scope.cancel()
             await tg.__aexit__(None, None, None)
 
-    async def _shutdown(self) -> None:
+    async def _shutdown(self, *, cancelled: bool = False) -> None:
         if self._state in ("closing", "closed", "new"):
             self._state = "closed" if self._state == "new" else self._state
             return
@@ -675,7 +678,13 @@ class AsyncClient:
                             data, receipt_id = self._protocol.disconnect(receipt=True)
                             receipt = self._register(receipt_id)
                             self._queue(data)
-                            await receipt.wait()
+                            # Written from here: when the block is left by a
+                            # cancellation, the writer task is cancelled too.
+                            await self._write_queued()
+                            if not cancelled or self._push:
+                                # (on trio the reader task is cancelled with the
+                                # block: no receipt could be read, so none is awaited)
+                                await receipt.wait()
                         except StompError:
                             pass  # the connection went down while we were leaving
         finally:
@@ -819,6 +828,16 @@ class AsyncClient:
                 if self._beating:
                     self._last_sent = anyio.current_time()
 
+    async def _write_queued(self) -> None:
+        """Write what is queued from the calling task, unless the writer task is writing."""
+        if self._writing or not self._out or self._transport is None:
+            return
+        out = self._out
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        self._out_bytes = 0
+        await self._transport.send(data)
+
     def _write_now(self, data: bytes) -> bool:
         """Write ``data`` from the calling task if the transport takes it at once (asyncio)."""
         transport = self._transport
@@ -857,7 +876,11 @@ class AsyncClient:
                 if self._drained is not None:
                     self._drained.set()
                     self._drained = None
-                await transport.send(data)
+                self._writing = True
+                try:
+                    await transport.send(data)
+                finally:
+                    self._writing = False
                 if self._beating:
                     self._last_sent = anyio.current_time()
         except ConnectionLostError as exc:
@@ -977,7 +1000,7 @@ class AsyncClient:
         full = None
         for sub in touched:
             sub._ready.set()
-            if len(sub._buffer) >= sub.buffer_size and not sub._closed:
+            if len(sub._buffer) >= sub._pause_at and not sub._closed:
                 if full is None:
                     full = [sub]
                 else:
@@ -988,7 +1011,7 @@ class AsyncClient:
         full = self._dispatch_now(events)
         if full:
             for sub in full:
-                if len(sub._buffer) >= sub.buffer_size and not sub._closed:
+                if len(sub._buffer) >= sub._pause_at and not sub._closed:
                     await self._wait_for_space(sub)
 
     # asyncio push mode: the same steps as _reader, run from the protocol's callbacks
@@ -1059,7 +1082,7 @@ class AsyncClient:
             return
         self._last_received = self._loop.time()
         for sub in self._subs.values():
-            if len(sub._buffer) >= sub.buffer_size and not sub._closed:
+            if len(sub._buffer) >= sub._pause_at and not sub._closed:
                 self._pause_for(sub)
                 return
         self._transport.resume_reading()  # type: ignore[union-attr]
@@ -1067,7 +1090,7 @@ class AsyncClient:
     async def _wait_for_space(self, sub: AsyncSubscription) -> None:
         self._paused_on = sub
         try:
-            while len(sub._buffer) >= sub.buffer_size and not sub._closed and self._error is None:
+            while len(sub._buffer) >= sub._pause_at and not sub._closed and self._error is None:
                 space = sub._space = anyio.Event()
                 with anyio.move_on_after(self._stall_timeout):
                     await space.wait()
@@ -1227,9 +1250,16 @@ class AsyncClient:
             if pending is not None:
                 await pending.wait()
         except BaseException:
-            # Refused or interrupted: not a subscription to re-establish after a reconnect.
+            # Refused or interrupted (a timeout): withdraw it, so that it is neither
+            # left running on the broker nor re-established after a reconnect.
             if self._subs.get(sub_id) is sub:
                 del self._subs[sub_id]
+                if self._link_alive and self._error is None and self._protocol.state is SessionState.CONNECTED:
+                    try:
+                        data, _ = self._protocol.unsubscribe(sub_id)
+                        self._queue(data)
+                    except StompError:
+                        pass
             raise
 
     async def _unsubscribe(self, sub: AsyncSubscription) -> None:

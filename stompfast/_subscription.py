@@ -71,9 +71,16 @@ class AsyncSubscription:
         self.destination = destination
         self.ack_mode = ack
         self.headers: Dict[str, Any] = dict(headers or {})
+        #: the reader stops reading while the buffer holds this many messages
+        self._pause_at = buffer_size
         if ack != "auto" and not any(h in self.headers for h in _PREFETCH_HEADERS):
             for h in _PREFETCH_HEADERS:
                 self.headers[h] = str(buffer_size)
+            # The broker keeps at most buffer_size unacked messages in flight, so the
+            # buffer cannot overflow and the reader need not stop for it (receipts
+            # keep flowing while it is full); one more stays as a guard against a
+            # broker that ignores prefetch.
+            self._pause_at = buffer_size + 1
         self.buffer_size = buffer_size
         self._receipt = receipt
         self.id: Optional[str] = id
@@ -101,7 +108,7 @@ class AsyncSubscription:
         buffer = self._buffer
         if buffer:
             message = buffer.popleft()
-            if self._space is not None and len(buffer) < self.buffer_size:
+            if self._space is not None and len(buffer) < self._pause_at:
                 self._space.set()
                 self._space = None
             return message
@@ -128,7 +135,7 @@ class AsyncSubscription:
                 self._ready = anyio.Event()
             await self._ready.wait()
         message = buffer.popleft()
-        if self._space is not None and len(buffer) < self.buffer_size:
+        if self._space is not None and len(buffer) < self._pause_at:
             self._space.set()
             self._space = None
         return message
@@ -145,7 +152,7 @@ class AsyncSubscription:
         popleft = buffer.popleft
         for _ in range(take):
             batch.append(popleft())
-        if self._space is not None and len(buffer) < self.buffer_size:
+        if self._space is not None and len(buffer) < self._pause_at:
             self._space.set()
             self._space = None
         return batch

@@ -76,6 +76,7 @@ from anyio.from_thread import BlockingPortal
 from ._client import AsyncClient, AsyncTransaction, Receipt
 from ._config import Endpoint
 from ._protocol import SUPPORTED_VERSIONS, Message
+from ._reconnect import ConnectionEvent, ReconnectPolicy
 from ._subscription import DEFAULT_BUFFER_SIZE, AsyncSubscription, _copy
 from .errors import (
     ClientClosedError,
@@ -552,6 +553,9 @@ class Client:
             thread: ``"asyncio"`` (default) or ``"trio"``.
         backend_options: options for :func:`anyio.run`, e.g. ``{"use_uvloop": True}``.
 
+    ``on_event`` is called from the loop's thread: keep it quick, and hand work
+    to your own threads if it must do more.
+
     Every blocking method takes a keyword ``timeout`` (seconds; ``None``, the
     default, waits for ever) and raises a :class:`~stompfast.StompTimeout`
     subclass when it passes; the wait is then cancelled in the loop. Methods may
@@ -560,7 +564,7 @@ class Client:
 
     def __init__(
         self,
-        url: Optional[str] = None,
+        url: Union[str, Sequence[str], None] = None,
         *,
         login: Optional[str] = None,
         passcode: Optional[str] = None,
@@ -579,6 +583,8 @@ class Client:
         max_frame_bytes: Optional[int] = None,
         max_headers: Optional[int] = None,
         max_header_bytes: Optional[int] = None,
+        reconnect: Union[bool, ReconnectPolicy] = True,
+        on_event: Optional[Callable[[ConnectionEvent], Any]] = None,
         portal: Union[Portal, BlockingPortal, None] = None,
         backend: Optional[str] = None,
         backend_options: Optional[Mapping[str, Any]] = None,
@@ -629,6 +635,8 @@ class Client:
             max_frame_bytes=max_frame_bytes,
             max_headers=max_headers,
             max_header_bytes=max_header_bytes,
+            reconnect=reconnect,
+            on_event=on_event,
         )
         try:
             # The async client makes anyio primitives, which belong to the loop: build it there.
@@ -688,8 +696,18 @@ class Client:
 
     @property
     def endpoint(self) -> Endpoint:
-        """Where the client connects (host, port, login, virtual host)."""
+        """The broker of the current (or last) connection (host, port, login, virtual host)."""
         return self._async.endpoint
+
+    @property
+    def endpoints(self) -> Tuple[Endpoint, ...]:
+        """Every broker this client may use, in the order they are tried."""
+        return self._async.endpoints
+
+    @property
+    def reconnects(self) -> int:
+        """How many times a lost session was re-established."""
+        return self._async.reconnects
 
     @property
     def version(self) -> Optional[str]:

@@ -622,3 +622,31 @@ async def test_close_while_another_task_waits_on_a_receipt():
                 await anyio.sleep(0.1)
                 await c.aclose()
         assert outcome == ["closed"]
+
+
+async def test_a_full_client_ack_buffer_does_not_stop_receipts():
+    # The broker's prefetch is the buffer size in the client modes, so the buffer
+    # cannot overflow: the reader keeps reading and receipts keep arriving.
+    async with Broker() as broker:
+        async with make(broker, stall_timeout=0.5) as c:
+            async with c.subscribe("/queue/full", ack="client-individual", buffer_size=10) as sub:
+                for i in range(20):
+                    broker.publish("/queue/full", b"%d" % i)
+                await broker.wait_for(lambda: broker.unacked("/queue/full") == 10)
+                with anyio.fail_after(WAIT):
+                    for _ in range(20):
+                        await c.send("/queue/other", b"x", receipt=True)
+                assert sub.pending == 10  # full, unread, and nothing was stopped
+                first = await next_message(sub)
+                await first.ack()
+                await broker.wait_for(lambda: broker.unacked("/queue/full") == 10 and sub.pending == 10)
+
+
+async def test_leaving_by_an_outer_cancellation_still_sends_disconnect_promptly():
+    async with Broker() as broker:
+        started = anyio.current_time()
+        with anyio.move_on_after(0.3):
+            async with make(broker, disconnect_timeout=5):
+                await anyio.sleep(10)
+        assert anyio.current_time() - started < 2.5  # not the 5 s disconnect_timeout
+        await broker.wait_for(lambda: "DISCONNECT" in [f.command for f in broker.received])

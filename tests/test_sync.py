@@ -41,6 +41,7 @@ from stompfast import (
     ReceiptFuture,
     ReceiptTimeout,
     ReceiveTimeout,
+    ReconnectPolicy,
     ServerError,
     StompTimeout,
     Subscription,
@@ -79,6 +80,7 @@ def make(broker: Broker, backend):
 
     def make(**kwargs: Any) -> Client:
         kwargs.setdefault("heart_beat", (0, 0))
+        kwargs.setdefault("reconnect", False)  # single-connection semantics (reconnect: test_reconnect.py)
         name, options = backend
         client = Client(broker.url, backend=name, backend_options=options, **kwargs)
         clients.append(client)
@@ -976,3 +978,20 @@ def test_the_parity_test_notices_a_missing_parameter():
 
     assert _parameters(Narrow.send) != _parameters(AsyncClient.send)
     assert [p for p in _parameters(Client.send) if p[0] != "timeout"] == _parameters(AsyncClient.send)
+
+
+def test_the_sync_client_reconnects_and_keeps_its_subscription(make, broker):
+    events = []
+    client = make(reconnect=ReconnectPolicy(initial_delay=0.01, jitter=0), on_event=events.append)
+    client.connect(timeout=WAIT)
+    with client.subscribe("/queue/again", ack="client-individual") as sub:
+        broker.drop_connections()
+        deadline = time.monotonic() + WAIT
+        while client.reconnects < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert client.reconnects == 1 and client.is_connected
+        client.send("/queue/again", b"after", receipt=True, timeout=WAIT)
+        message = sub.receive(timeout=WAIT)
+        assert message.body == b"after"
+        message.ack(receipt=True, timeout=WAIT)
+    assert "disconnected" in [e.kind for e in events]
