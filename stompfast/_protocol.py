@@ -424,19 +424,25 @@ class StompProtocol:
         """A SEND frame; returns ``(bytes, receipt_id or None)``."""
         if "SEND" not in self._allowed:
             self._check("SEND")
-        if not headers and not receipt and transaction is None:
+        if not headers and transaction is None:
             # The common SEND: its head is encoded once per destination and content
-            # type; the same bytes encode_frame would build, in the same order.
+            # type; the same bytes encode_frame would build, in the same order
+            # (destination, content-type, receipt, content-length).
             head = self._send_heads.get((destination, content_type))
             if head is None:
                 head = self._send_head(destination, content_type)
+            receipt_id = None
+            if receipt:  # receipt ids are "r<n>": nothing to escape
+                self._receipts += 1
+                receipt_id = "r%d" % self._receipts
+                head = b"%sreceipt:r%d\n" % (head, self._receipts)
             if body:
                 n = len(body)
                 if n != self._last_length:  # messages of one size in a row reuse the line
                     self._last_length = n
                     self._length_line = b"content-length:%d\n\n" % n
-                return b"".join((head, self._length_line, body, b"\0")), None
-            return head + b"\n\0", None
+                return b"".join((head, self._length_line, body, b"\0")), receipt_id
+            return head + b"\n\0", receipt_id
         h: Dict[str, Any] = {"destination": destination}
         if content_type is not None:
             h["content-type"] = content_type

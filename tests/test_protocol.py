@@ -428,6 +428,15 @@ def test_the_cached_send_head_builds_exactly_what_encode_frame_builds(version, c
             headers["content-type"] = content_type
         assert data == encode_frame("SEND", headers, body, version=version)
         assert receipt is None
+    for _ in range(2):  # with a receipt, the receipt line comes from the same fast path
+        data, receipt = p.send("/queue/a:b", body, content_type=content_type, receipt=True)
+        headers = {"destination": "/queue/a:b"}
+        if content_type:
+            headers["content-type"] = content_type
+        headers["receipt"] = receipt
+        assert receipt is not None and receipt.startswith("r")
+        assert data == encode_frame("SEND", headers, body, version=version)
+    assert p.send("/q", b"", receipt=True)[1] != p.send("/q", b"", receipt=True)[1]
 
 
 def test_send_head_cache_is_bounded():
