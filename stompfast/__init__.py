@@ -24,6 +24,7 @@ from .errors import (
     StompConnectionError,
     StompError,
     StompTimeout,
+    TLSError,
     TransactionError,
 )
 from .frames import Frame
@@ -57,6 +58,7 @@ __all__ = [
     "StompConnectionError",
     "StompError",
     "StompTimeout",
+    "TLSError",
     "TransactionError",
     "encode_frame",
 ]

@@ -39,6 +39,7 @@ it, shielded and bounded by ``disconnect_timeout``, then closes the socket.
 
 from __future__ import annotations
 
+import ssl as _ssl
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import anyio
@@ -55,7 +56,7 @@ from ._protocol import (
     StompProtocol,
 )
 from ._subscription import DEFAULT_BUFFER_SIZE, AsyncSubscription, _copy
-from ._transport import READ_SIZE, AsyncioTransport, Transport, _describe, open_transport
+from ._transport import READ_SIZE, AsyncioTransport, Transport, WebSocketSpec, _describe, open_transport
 from .errors import (
     ClientClosedError,
     ConfigurationError,
@@ -66,6 +67,7 @@ from .errors import (
     HeartbeatTimeout,
     RemoteProtocolError,
     StompError,
+    TLSError,
     TransactionError,
 )
 
@@ -163,10 +165,25 @@ class AsyncClient:
     Args:
         url: ``stomp://login:passcode@host:port/virtual_host`` (every part optional
             but the host; port 61613; virtual host ``/``). Keywords override it.
+            ``stomp+ssl://``, ``stomp+tls://`` and ``ssl://`` connect with TLS
+            (port 61614 when none is given); ``ws://host:port/path`` and
+            ``wss://...`` speak STOMP over a WebSocket (the path is the HTTP path,
+            e.g. ``/ws`` for RabbitMQ's Web-STOMP; needs ``stompfast[ws]``).
+            See docs/tls.md.
         login, passcode: credentials (CONNECT ``login``/``passcode``).
         virtual_host: the CONNECT ``host`` header; ``/`` by default, which works on
-            RabbitMQ, ActiveMQ and Artemis alike.
+            RabbitMQ, ActiveMQ and Artemis alike (also for WebSocket URLs, whose
+            path is not the virtual host).
         host, port: where to connect when no URL is given (default 127.0.0.1:61613).
+        ssl: TLS. ``None`` (default): as the URL scheme says; ``True``: TLS with
+            ``ssl.create_default_context()`` (the system's CAs, certificate and
+            host name checked); an ``ssl.SSLContext``: TLS with that context as
+            it is (a private CA with ``ctx.load_verify_locations(cafile)``, a
+            client certificate with ``ctx.load_cert_chain(certfile, keyfile)``);
+            ``False``: no TLS whatever the scheme. A failed handshake raises
+            :class:`~stompfast.TLSError`.
+        server_hostname: the name sent as SNI and checked against the broker's
+            certificate (default: the host connected to). TLS only.
         versions: STOMP versions to offer (default all three; the broker picks).
         heart_beat: ``(cx, cy)`` milliseconds: how often we can send, how often we
             want to hear from the broker (0 = never). Default ``(10000, 10000)``.
@@ -205,6 +222,8 @@ class AsyncClient:
         max_frame_bytes: Optional[int] = None,
         max_headers: Optional[int] = None,
         max_header_bytes: Optional[int] = None,
+        ssl: Union[bool, _ssl.SSLContext, None] = None,
+        server_hostname: Optional[str] = None,
     ) -> None:
         endpoint = parse_url(url) if url is not None else Endpoint(host or "127.0.0.1")
         if host is not None:
@@ -220,6 +239,23 @@ class AsyncClient:
         if virtual_host is not None:
             endpoint.virtual_host = virtual_host
         self.endpoint = endpoint
+        if ssl is None:
+            ssl = endpoint.tls
+        elif not isinstance(ssl, (bool, _ssl.SSLContext)):
+            raise ConfigurationError(f"ssl must be None, a bool or an ssl.SSLContext, not {type(ssl).__name__}")
+        self._ssl: Union[bool, _ssl.SSLContext] = ssl
+        if server_hostname is not None:
+            if not ssl:
+                raise ConfigurationError("server_hostname is for TLS connections (ssl=True or a stomp+ssl:// URL)")
+            if not isinstance(server_hostname, str) or not server_hostname:
+                raise ConfigurationError(f"server_hostname must be a non-empty str, not {server_hostname!r}")
+        self._server_hostname = server_hostname
+        self._websocket: Optional[WebSocketSpec] = None
+        if endpoint.websocket:
+            from ._websocket import require_wsproto, subprotocols
+
+            require_wsproto()
+            self._websocket = WebSocketSpec(endpoint.path, [])  # subprotocols: once versions are checked
         self._heartbeat_tolerance = check_positive("heartbeat_tolerance", heartbeat_tolerance)
         if heartbeat_tolerance < 1:
             raise ConfigurationError("heartbeat_tolerance must be at least 1 (a multiple of the broker's interval)")
@@ -240,6 +276,8 @@ class AsyncClient:
             max_headers=max_headers,
             max_header_bytes=max_header_bytes,
         )
+        if self._websocket is not None:
+            self._websocket.subprotocols = subprotocols(self._protocol.versions)
         self._transport: Optional[Transport] = None
         self._tg: Optional[anyio.abc.TaskGroup] = None
         self._state = "new"  # new -> connecting -> open -> closing -> closed
@@ -330,7 +368,14 @@ class AsyncClient:
             leftover: List[Any] = []
             try:
                 with anyio.fail_after(self._connect_timeout):
-                    self._transport = await open_transport(ep.host, ep.port)
+                    ssl_context = self._ssl_context()
+                    self._transport = await open_transport(
+                        ep.host,
+                        ep.port,
+                        ssl_context=ssl_context,
+                        server_hostname=self._server_hostname,
+                        websocket=self._websocket,
+                    )
                     await self._transport.send(self._protocol.connect())
                     leftover = await self._await_connected()
             except TimeoutError as exc:
@@ -338,6 +383,15 @@ class AsyncClient:
                     f"no CONNECTED from {ep.host}:{ep.port} within {self._connect_timeout:g} s"
                 ) from exc
             except ConnectionLostError as exc:
+                cause = exc.__cause__
+                if isinstance(cause, _ssl.SSLError):
+                    # TLS 1.3: a client certificate the broker refuses is reported after the
+                    # handshake, on the first read
+                    raise TLSError(
+                        f"{ep.host}:{ep.port} ended the TLS session before CONNECTED: {exc}"
+                        " (does the broker want a client certificate? ctx.load_cert_chain)",
+                        reason=getattr(cause, "reason", None),
+                    ) from exc
                 raise ConnectError(f"{ep.host}:{ep.port} closed the connection before CONNECTED: {exc}") from exc
             now = anyio.current_time()
             self._last_sent = self._last_received = now
@@ -361,6 +415,12 @@ class AsyncClient:
                     await self._transport.aclose()
             raise
 
+    def _ssl_context(self) -> Optional[_ssl.SSLContext]:
+        """The SSL context to connect with (None: plain TCP); a default one is made per connect."""
+        if isinstance(self._ssl, _ssl.SSLContext):
+            return self._ssl
+        return _ssl.create_default_context() if self._ssl else None
+
     async def _await_connected(self) -> List[Any]:
         assert self._transport is not None
         while True:
@@ -369,6 +429,12 @@ class AsyncClient:
                 raise ConnectError(
                     f"{self.endpoint.host}:{self.endpoint.port} closed the connection before CONNECTED"
                     " (is this a STOMP port?)"
+                )
+            if data[:1] in (b"\x15", b"\x16") and data[1:2] == b"\x03" and not self._protocol.buffered:
+                # a TLS record (alert or handshake) where a STOMP frame was expected
+                raise ConnectError(
+                    f"{self.endpoint.host}:{self.endpoint.port} answered with TLS: it is a TLS port"
+                    " (use a stomp+ssl:// URL or ssl=True)"
                 )
             events = self._protocol.receive_data(data)
             for i, event in enumerate(events):

@@ -36,6 +36,7 @@ TREE = {
     "AuthenticationError": (("ServerError",), ()),
     "StompTimeout": (("StompError",), (TimeoutError,)),
     "ConnectTimeout": (("ConnectError", "StompTimeout"), ()),
+    "TLSError": (("ConnectError",), ()),
     "ReceiptTimeout": (("StompTimeout",), ()),
     "ReceiveTimeout": (("StompTimeout",), ()),
     "ClientClosedError": (("StompError",), (RuntimeError,)),
