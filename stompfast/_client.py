@@ -392,7 +392,10 @@ class AsyncClient:
                         " (does the broker want a client certificate? ctx.load_cert_chain)",
                         reason=getattr(cause, "reason", None),
                     ) from exc
-                raise ConnectError(f"{ep.host}:{ep.port} closed the connection before CONNECTED: {exc}") from exc
+                hint = " (over TLS: does the broker want a client certificate? ctx.load_cert_chain)" if self._ssl else ""
+                raise ConnectError(
+                    f"{ep.host}:{ep.port} closed the connection before CONNECTED: {exc}{hint}"
+                ) from exc
             now = anyio.current_time()
             self._last_sent = self._last_received = now
             self._state = "open"
@@ -426,9 +429,11 @@ class AsyncClient:
         while True:
             data = await self._transport.receive(READ_SIZE)
             if not data:
+                hint = "is this a STOMP port?"
+                if self._ssl and not self._protocol.buffered:
+                    hint += " Over TLS, a broker that wants a client certificate closes like this: ctx.load_cert_chain"
                 raise ConnectError(
-                    f"{self.endpoint.host}:{self.endpoint.port} closed the connection before CONNECTED"
-                    " (is this a STOMP port?)"
+                    f"{self.endpoint.host}:{self.endpoint.port} closed the connection before CONNECTED ({hint})"
                 )
             if data[:1] in (b"\x15", b"\x16") and data[1:2] == b"\x03" and not self._protocol.buffered:
                 # a TLS record (alert or handshake) where a STOMP frame was expected

@@ -346,6 +346,8 @@ async def open_transport(
                 if websocket is not None:
                     return await _open_asyncio_ws(host, port, peer, ssl_context, server_hostname, websocket)
                 return await _open_asyncio(host, port, peer, ssl_context, server_hostname)
+        except ConnectError:  # ours (a refused WebSocket upgrade): it is an OSError too
+            raise
         except TimeoutError as exc:
             raise ConnectTimeout(f"could not connect to {peer}: no answer within {timeout:g} s") from exc
         except ssl.SSLError as exc:
@@ -380,6 +382,8 @@ async def open_transport(
                 except BaseException:
                     await anyio.aclose_forcefully(stream)
                     raise
+    except ConnectError:
+        raise
     except TimeoutError as exc:
         raise ConnectTimeout(f"could not connect to {peer}: no answer within {timeout:g} s") from exc
     except ssl.SSLError as exc:

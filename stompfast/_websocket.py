@@ -100,13 +100,15 @@ class _Handshake:
                     return True
                 if isinstance(event, RejectConnection):
                     self.refused = event
+                    if not event.has_body:
+                        raise self.refused_error()
                 elif isinstance(event, RejectData):
                     self.body += event.data
+                    if event.body_finished or len(self.body) > 4096:
+                        raise self.refused_error()
         except WSRemoteProtocolError as exc:
             raise ConnectError(f"WebSocket upgrade for {self.url} failed: {exc}") from exc
-        if self.refused is not None:
-            raise self.refused_error()
-        return False
+        return False  # more to read: the rest of the response, or of its body
 
     def refused_error(self) -> ConnectError:
         status = self.refused.status_code
@@ -123,6 +125,8 @@ class _Handshake:
         )
 
     def eof_error(self) -> ConnectError:
+        if self.refused is not None:  # refused, and closed before the end of the body
+            return self.refused_error()
         return ConnectError(f"{self.url} closed the connection during the WebSocket upgrade")
 
 
