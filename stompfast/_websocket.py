@@ -144,7 +144,13 @@ def _answer_close(conn: Any, event: Any) -> "tuple[bytes, Optional[str]]":
         return reply, f"WebSocket closed by the broker with code {event.code}{reason}"
     if state is ConnectionState.OPEN:  # wsproto refused the broker's frames (invalid UTF-8...)
         reply = conn.send(CloseConnection(code=event.code, reason=event.reason))
-        return reply, f"invalid WebSocket data from the broker: {event.reason} (closed with code {event.code})"
+        hint = ""
+        if event.code == 1007:  # RFC 6455: text messages must be UTF-8
+            hint = (
+                "; the broker sent a body that is not UTF-8 in a text message (RabbitMQ:"
+                " web_stomp.ws_frame = binary in rabbitmq.conf sends binary messages)"
+            )
+        return reply, f"invalid WebSocket data from the broker: {event.reason} (closed with code {event.code}){hint}"
     return b"", None  # the answer to our own close frame
 
 
