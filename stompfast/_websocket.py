@@ -170,6 +170,8 @@ class WebSocketLayer:
         self._lost = False  # the inner protocol was told the connection ended
         self.opened = loop.create_future()  # result: AcceptConnection; exception: ConnectError
         self.closed = loop.create_future()  # the broker's close frame, or the socket's end
+        # a connect given up on (cancelled, timed out) must not leave "exception never retrieved"
+        self.opened.add_done_callback(lambda f: f.cancelled() or f.exception())
         from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 
         self._BytesMessage, self._TextMessage, self._Ping, self._Close = BytesMessage, TextMessage, Ping, CloseConnection
@@ -290,10 +292,6 @@ class WebSocketLayer:
         self.start_close()
         self._raw.close()
 
-    def abort(self) -> None:
-        self._closing = True
-        self._raw.abort()
-
     def pause_reading(self) -> None:
         self._raw.pause_reading()
 
@@ -400,6 +398,8 @@ class WebSocketStream(ByteStream):
 
     async def aclose(self) -> None:
         """Close handshake (bounded by CLOSE_TIMEOUT), then close the stream."""
+        from wsproto.utilities import LocalProtocolError
+
         if self._closed:
             return
         self._closed = True
@@ -412,11 +412,15 @@ class WebSocketStream(ByteStream):
                     data = await self._stream.receive(65536)
                     self._conn.receive_data(data)
                     self._handle(list(self._conn.events()))
-        except (OSError, anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        except (
+            OSError,
+            anyio.EndOfStream,
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+            anyio.BusyResourceError,  # a reader task still unwinding: no polite close then
+            LocalProtocolError,  # wsproto: the WebSocket is closed already
+        ):
             pass
-        except Exception as exc:  # wsproto refusing to go on: the stream is closed anyway
-            if type(exc).__module__.split(".")[0] != "wsproto":
-                raise
         finally:
             await self._stream.aclose()
 
