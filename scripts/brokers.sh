@@ -24,6 +24,21 @@
 #   If the plugins were already running on other listeners (enabled outside this script: they bind
 #   0.0.0.0), the first `start` disables and re-enables them once (about 10 s).
 #   If the package is missing it is installed with apt-get (untested path: it is preinstalled here).
+#   STOMP over TLS on 127.0.0.1:61617: `start` (and `restart`) also make a throwaway CA and a server
+#   certificate for 127.0.0.1/localhost with openssl (once; EC P-256, 10 years) under
+#   $STOMPFAST_BROKERS_DIR/tls/ (ca.pem, server.pem, server.key, and bad-ca.pem: a second,
+#   self-signed CA that signed nothing, for the refused-certificate tests), then ADD a TLS listener
+#   to the running rabbitmq_stomp plugin with one `rabbitmqctl eval`: a child of rabbit_stomp_sup
+#   built with rabbit_networking:tcp_listener_spec (transport ranch_ssl), started with
+#   supervisor:start_child. Nothing else is restarted: connections on 61613/15674 are not touched.
+#   The certificate and key are handed to the node in the eval itself (DER, base64), so the files
+#   need not be readable by the rabbitmq user and /etc is not touched. The listener's connection
+#   module is a one-line wrapper of rabbit_stomp_client_sup compiled into the node by the same eval
+#   (stompfast_stomp_tls), so that copies of this script that count every rabbit_stomp_client_sup
+#   listener as the plain STOMP one do not see a mismatch. It lives until the stomp plugin or the
+#   rabbit app stops (`restart rabbitmq` adds it again; a `stop_app` by anybody else drops it until
+#   the next `start`). If the listener is already up with another checkout's certificate, that
+#   certificate and its CA are adopted (copied into tls/) rather than replaced.
 # ActiveMQ Classic (Debian package activemq, 5.17.2; installed with apt-get when missing):
 #   one private instance, non-persistent, no JMX, config/data/log/pid under $STOMPFAST_BROKERS_DIR
 #   (default <repo>/.brokers, git-ignored), STOMP on 61614 (plain) and 61615 (stomp+nio), max frame
@@ -44,16 +59,20 @@
 # Environment overrides (defaults in brackets):
 #   STOMPFAST_RABBITMQ_PORT      [61613]  RabbitMQ STOMP port
 #   STOMPFAST_RABBITMQ_WS_PORT   [15674]  RabbitMQ Web-STOMP port (path /ws)
+#   STOMPFAST_RABBITMQ_TLS_PORT  [61617]  RabbitMQ STOMP-over-TLS port
 #   STOMPFAST_ACTIVEMQ_PORT      [61614]  ActiveMQ STOMP port
 #   STOMPFAST_ACTIVEMQ_NIO_PORT  [61615]  ActiveMQ stomp+nio port
 #   STOMPFAST_BROKERS_TIMEOUT    [120]    seconds to wait for readiness in start/restart
-#   STOMPFAST_BROKERS_DIR        [<repo>/.brokers]  ActiveMQ instance directory, lock file, apt log
+#   STOMPFAST_BROKERS_DIR        [<repo>/.brokers]  ActiveMQ instance directory, tls/, lock file, apt log
 #   STOMPFAST_ACTIVEMQ_JAVA_OPTS [-Xms64m -Xmx1g]   extra JVM options for ActiveMQ
 #   STOMPFAST_ACTIVEMQ_STOP_TIMEOUT [20]  seconds between SIGTERM and SIGKILL
 #   PYTHON                       [python3]  any Python 3 (stdlib only) for the readiness probe
 # `env` prints, from the same settings:
 #   STOMPFAST_RABBITMQ_URL=stomp://guest:guest@127.0.0.1:61613/
 #   STOMPFAST_RABBITMQ_WS_URL=ws://guest:guest@127.0.0.1:15674/ws
+#   STOMPFAST_RABBITMQ_TLS_URL=stomp+ssl://guest:guest@127.0.0.1:61617/
+#   STOMPFAST_TLS_CA=<brokers dir>/tls/ca.pem           the CA that signed the TLS listener's certificate
+#   STOMPFAST_TLS_BAD_CA=<brokers dir>/tls/bad-ca.pem   a CA that signed nothing the brokers use
 #   STOMPFAST_ACTIVEMQ_URL=stomp://guest:guest@127.0.0.1:61614/
 #   STOMPFAST_ACTIVEMQ_NIO_URL=stomp://guest:guest@127.0.0.1:61615/
 #   STOMPFAST_BROKERS_SCRIPT=<absolute path of this script>   (tests call `$it restart rabbitmq`)
@@ -65,6 +84,7 @@ REPO=$(cd "$(dirname "$SCRIPT")/.." && pwd)
 HOST=127.0.0.1
 RABBIT_PORT=${STOMPFAST_RABBITMQ_PORT:-61613}
 RABBIT_WS_PORT=${STOMPFAST_RABBITMQ_WS_PORT:-15674}
+RABBIT_TLS_PORT=${STOMPFAST_RABBITMQ_TLS_PORT:-61617}
 AMQ_PORT=${STOMPFAST_ACTIVEMQ_PORT:-61614}
 AMQ_NIO_PORT=${STOMPFAST_ACTIVEMQ_NIO_PORT:-61615}
 TIMEOUT=${STOMPFAST_BROKERS_TIMEOUT:-120}
@@ -72,9 +92,12 @@ BROKERS_DIR=${STOMPFAST_BROKERS_DIR:-$REPO/.brokers}
 AMQ_JAVA_OPTS=${STOMPFAST_ACTIVEMQ_JAVA_OPTS:--Xms64m -Xmx1g}
 AMQ_STOP_TIMEOUT=${STOMPFAST_ACTIVEMQ_STOP_TIMEOUT:-20}
 PY=${PYTHON:-python3}
-for v in RABBIT_PORT RABBIT_WS_PORT AMQ_PORT AMQ_NIO_PORT TIMEOUT AMQ_STOP_TIMEOUT; do
+for v in RABBIT_PORT RABBIT_WS_PORT RABBIT_TLS_PORT AMQ_PORT AMQ_NIO_PORT TIMEOUT AMQ_STOP_TIMEOUT; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "brokers: ERROR: $v must be a positive integer, not '${!v}'" >&2; exit 1; }
 done
+
+TLS_DIR=$BROKERS_DIR/tls
+case $TLS_DIR in /*) ;; *) TLS_DIR=$PWD/$TLS_DIR ;; esac
 
 AMQ_HOME=/usr/share/activemq
 AMQ_JAR=$AMQ_HOME/bin/activemq.jar
@@ -87,6 +110,7 @@ AMQ_LOG=$AMQ_DIR/activemq.log
 
 rabbit_url()     { echo "stomp://guest:guest@$HOST:$RABBIT_PORT/"; }
 rabbit_ws_url()  { echo "ws://guest:guest@$HOST:$RABBIT_WS_PORT/ws"; }
+rabbit_tls_url() { echo "stomp+ssl://guest:guest@$HOST:$RABBIT_TLS_PORT/"; }
 amq_url()        { echo "stomp://guest:guest@$HOST:$AMQ_PORT/"; }
 amq_nio_url()    { echo "stomp://guest:guest@$HOST:$AMQ_NIO_PORT/"; }
 
@@ -107,11 +131,15 @@ fi
 STOMP_PROBE='
 import socket, sys
 host, port, tmo = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+cafile = sys.argv[4] if len(sys.argv) > 4 else None
 try:
     s = socket.create_connection((host, port), timeout=tmo)
 except OSError as e:
     print("TCP connect failed: %s" % (e.strerror or e)); sys.exit(1)
 try:
+    if cafile:
+        import ssl
+        s = ssl.create_default_context(cafile=cafile).wrap_socket(s, server_hostname=host)
     s.settimeout(tmo)
     s.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
     buf = b""
@@ -169,6 +197,7 @@ print("HTTP upgrade answered %r" % (status or "nothing")); sys.exit(1)
 '
 
 stomp_probe() { "$PY" -c "$STOMP_PROBE" "$HOST" "$1" "${2:-3}"; }
+tls_probe()   { "$PY" -c "$STOMP_PROBE" "$HOST" "$1" "${2:-3}" "$TLS_DIR/ca.pem"; }
 ws_probe()    { "$PY" -c "$WS_PROBE" "$HOST" "$1" "${2:-3}"; }
 
 # wait_ready KIND PORT DEADLINE [ALIVE_FN]: retry the probe until it passes or the deadline
@@ -215,7 +244,8 @@ ctl() { "${SUDO[@]}" rabbitmqctl "$@"; }
 # rabbit_networking table keeps a stale web-stomp entry after a plugin restart): with "pin", first pin the STOMP listeners to loopback in the node's
 # application environment (persistent: survives stop_app/start_app and plugin (re)loads until the
 # node stops); then report
-# "running plugins=<n of 2 active> stomp=<ip:port,...> ws=<ip:port,...>", "stopped" (stop_app),
+# "running plugins=<n of 2 active> stomp=<ip:port,...> ws=<ip:port,...> tls=<ip:port,...>" (stomp=
+# plain TCP listeners only), "stopped" (stop_app),
 # or "booting:<phase>"; prints nothing (rabbitmqctl exits 69) when the node is down.
 rabbit_inspect() {
     local expr pin=""
@@ -233,14 +263,15 @@ case rabbit:is_running() of
   false -> case rabbit_boot_state:get() of stopped -> "stopped"; B -> "booting:" ++ atom_to_list(B) end;
   true ->
     L = [{maps:get(protocol, I, none), maps:get(port, I, 0),
-          proplists:get_value(ip, Opts(maps:get(transport_options, I, [])), any)}
+          proplists:get_value(ip, Opts(maps:get(transport_options, I, [])), any), maps:get(transport, I, none)}
          || {_, I} <- maps:to_list(ranch:info()), maps:get(status, I, running) =:= running],
     Act = rabbit_plugins:active(),
     N = length([X || X <- [rabbitmq_stomp, rabbitmq_web_stomp], lists:member(X, Act)]),
-    S = [Fmt(A, P) || {rabbit_stomp_client_sup, P, A} <- L],
-    W = [Fmt(A, P) || {rabbit_web_stomp_connection_sup, P, A} <- L],
+    S = [Fmt(A, P) || {rabbit_stomp_client_sup, P, A, ranch_tcp} <- L],
+    W = [Fmt(A, P) || {rabbit_web_stomp_connection_sup, P, A, _} <- L],
+    T = [Fmt(A, P) || {M, P, A, ranch_ssl} <- L, M =:= rabbit_stomp_client_sup orelse M =:= stompfast_stomp_tls],
     lists:flatten(["running plugins=", integer_to_list(N), " stomp=", lists:join(",", S),
-                   " ws=", lists:join(",", W)])
+                   " ws=", lists:join(",", W), " tls=", lists:join(",", T)])
 end.
 EOF
 )
@@ -299,7 +330,7 @@ rabbit_up() {
             || rabbit_fail "rabbitmq-plugins enable failed"
         state=$(rabbit_inspect || true)
     fi
-    if [[ $state != *" stomp=$want_s ws=$want_w" ]]; then
+    if [[ $state != *" stomp=$want_s ws=$want_w tls="* ]]; then
         # Plugins were already running with other listeners (enabled before this script pinned
         # them, or another port asked for): restart the plugins so they pick up the new env.
         say "re-binding STOMP listeners to $want_s and $want_w (were: $state)"
@@ -308,16 +339,140 @@ rabbit_up() {
             rabbit_fail "rabbitmq-plugins disable/enable failed"
         fi
         state=$(rabbit_inspect || true)
-        [[ $state == *" stomp=$want_s ws=$want_w" ]] \
+        [[ $state == *" stomp=$want_s ws=$want_w tls="* ]] \
             || rabbit_fail "listeners are '$state', wanted stomp=$want_s ws=$want_w"
     fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# TLS: a throwaway CA and server certificate, and RabbitMQ's STOMP TLS listener
+
+# tls_material: make $TLS_DIR/{ca.pem,ca.key,server.pem,server.key,bad-ca.pem} unless they exist and
+# the server certificate verifies against the CA. Written to a temporary directory, then moved.
+tls_material() {
+    local tmp
+    if [ -s "$TLS_DIR/ca.pem" ] && [ -s "$TLS_DIR/server.pem" ] && [ -s "$TLS_DIR/server.key" ] \
+       && [ -s "$TLS_DIR/bad-ca.pem" ] \
+       && openssl verify -CAfile "$TLS_DIR/ca.pem" "$TLS_DIR/server.pem" >/dev/null 2>&1; then
+        return 0
+    fi
+    command -v openssl >/dev/null 2>&1 || apt_install openssl
+    mkdir -p "$BROKERS_DIR"
+    tmp=$(mktemp -d "$BROKERS_DIR/tls.new.XXXXXX")
+    if ! (
+        set -e
+        cd "$tmp"
+        umask 077
+        ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+        for ca in ca bad-ca; do
+            openssl req -x509 -new "${ec[@]}" -keyout "$ca.key" -out "$ca.pem" -days 3650 -sha256 \
+                -subj "/O=stompfast tests/CN=stompfast test $ca (throwaway)" \
+                -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+                -addext "subjectKeyIdentifier=hash"
+        done
+        rm -f bad-ca.key
+        openssl req -new "${ec[@]}" -keyout server.key -out server.csr -subj "/O=stompfast tests/CN=localhost"
+        printf '%s\n' "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature" \
+            "extendedKeyUsage=serverAuth" "subjectAltName=IP:127.0.0.1,DNS:localhost" \
+            "subjectKeyIdentifier=hash" "authorityKeyIdentifier=keyid,issuer" >server.ext
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -set_serial "0x$(openssl rand -hex 12)" \
+            -days 3650 -sha256 -extfile server.ext -out server.pem
+        rm -f server.csr server.ext
+        chmod 644 ca.pem bad-ca.pem server.pem
+        openssl verify -CAfile ca.pem server.pem
+    ) >"$tmp/openssl.log" 2>&1; then
+        cat "$tmp/openssl.log" >&2; rm -rf "$tmp"; die "could not make the test certificates with openssl"
+    fi
+    rm -f "$tmp/openssl.log"
+    rm -rf "$TLS_DIR"
+    mv "$tmp" "$TLS_DIR"
+    say "made a throwaway CA and a server certificate for 127.0.0.1/localhost in $TLS_DIR"
+}
+
+pem_body() { sed '/^-----/d' "$1" | tr -d '\n\r'; }
+pem_write() { { echo "-----BEGIN $1-----"; fold -w 64 <<<"$2"; echo "-----END $1-----"; } >"$3"; }
+
+# rabbit_tls_up: add the STOMP TLS listener to the running rabbitmq_stomp (see the header). Prints
+# nothing; dies with the node's answer when it cannot.
+rabbit_tls_up() {
+    local cert key ca expr out state a b c
+    tls_material
+    # the base64 of a PEM file is its DER (server.key: PKCS#8 "PRIVATE KEY", as openssl req writes it)
+    cert=$(pem_body "$TLS_DIR/server.pem"); key=$(pem_body "$TLS_DIR/server.key"); ca=$(pem_body "$TLS_DIR/ca.pem")
+    # No dollar signs in the expression: Debian's rabbitmqctl wrapper hands it to sh -c.
+    expr=$(tr '\n' ' ' <<EOF
+Mod = stompfast_stomp_tls,
+case code:is_loaded(Mod) of
+  false ->
+    Forms = [{attribute, 1, module, Mod}, {attribute, 2, export, [{start_link, 3}]},
+             {function, 3, start_link, 3,
+              [{clause, 3, [{var, 3, 'R'}, {var, 3, 'T'}, {var, 3, 'O'}], [],
+                [{call, 3, {remote, 3, {atom, 3, rabbit_stomp_client_sup}, {atom, 3, start_link}},
+                  [{var, 3, 'R'}, {var, 3, 'T'}, {var, 3, 'O'}]}]}]}],
+    {ok, Mod, Bin} = compile:forms(Forms, [binary]),
+    {module, Mod} = code:load_binary(Mod, "stompfast_stomp_tls.erl", Bin);
+  _ -> ok
+end,
+CertDer = base64:decode(<<"$cert">>),
+KeyDer = base64:decode(<<"$key">>),
+CaDer = base64:decode(<<"$ca">>),
+Sup = rabbit_stomp_sup,
+Args = fun(I) -> case supervisor:get_childspec(Sup, I) of
+                   {ok, #{start := {tcp_listener_sup, start_link, A}}} -> A;
+                   {ok, {_, {tcp_listener_sup, start_link, A}, _, _, _, _}} -> A;
+                   _ -> [] end end,
+Children = [I || {I, _, _, _} <- supervisor:which_children(Sup)],
+Conf = hd([lists:nth(6, A) || I <- Children, A <- [Args(I)], length(A) >= 6, lists:nth(3, A) =:= ranch_tcp]),
+{ok, SockOpts} = application:get_env(rabbitmq_stomp, tcp_listen_options),
+ok = ssl:start(),
+SslOpts = [{cert, CertDer}, {key, {'PrivateKeyInfo', KeyDer}}, {cacerts, [CaDer]},
+           {verify, verify_none}, {fail_if_no_peer_cert, false}],
+[Addr] = rabbit_networking:tcp_listener_addresses({"$HOST", $RABBIT_TLS_PORT}),
+Spec = rabbit_networking:tcp_listener_spec(rabbit_stomp_listener_sup, Addr, SockOpts ++ SslOpts, ranch_ssl,
+         Mod, Conf, 'stomp/ssl', 10, 1, "STOMP TLS listener (stompfast tests)"),
+Id = case Spec of #{id := SpecId} -> SpecId; _ -> element(1, Spec) end,
+case lists:member(Id, Children) of
+  false ->
+    {ok, _} = supervisor:start_child(Sup, Spec),
+    io:format("started~n");
+  true ->
+    Running = case Args(Id) of A4 when length(A4) >= 4 -> lists:nth(4, A4); _ -> [] end,
+    case {proplists:get_value(cert, Running), proplists:get_value(key, Running), proplists:get_value(cacerts, Running)} of
+      {CertDer, {'PrivateKeyInfo', KeyDer}, [CaDer]} -> io:format("running~n");
+      {C, {'PrivateKeyInfo', K}, [CA | _]} when C =/= CertDer, is_binary(C), is_binary(K), is_binary(CA) ->
+        io:format("adopt ~s ~s ~s~n", [base64:encode(CA), base64:encode(C), base64:encode(K)]);
+      _ ->
+        ok = supervisor:terminate_child(Sup, Id), ok = supervisor:delete_child(Sup, Id),
+        {ok, _} = supervisor:start_child(Sup, Spec),
+        io:format("replaced~n")
+    end
+end,
+done.
+EOF
+)
+    out=$(ctl -q eval "$expr" 2>&1) || rabbit_fail "could not add the STOMP TLS listener on $HOST:$RABBIT_TLS_PORT: $out"
+    read -r state a b c <<<"$out"
+    case $state in
+        started)  say "added a STOMP TLS listener on $HOST:$RABBIT_TLS_PORT (certificate: $TLS_DIR/server.pem)" ;;
+        running|replaced) ;;
+        adopt)
+            # Another checkout's brokers.sh started it: use its certificate rather than fight over it.
+            pem_write CERTIFICATE "$a" "$TLS_DIR/ca.pem" && pem_write CERTIFICATE "$b" "$TLS_DIR/server.pem" \
+                && (umask 077 && pem_write "PRIVATE KEY" "$c" "$TLS_DIR/server.key") \
+                || die "could not copy the running TLS listener's certificate into $TLS_DIR"
+            rm -f "$TLS_DIR/ca.key"
+            say "the STOMP TLS listener on $HOST:$RABBIT_TLS_PORT was started elsewhere: adopted its CA and certificate into $TLS_DIR" ;;
+        *) rabbit_fail "unexpected answer while adding the STOMP TLS listener: $out" ;;
+    esac
 }
 
 rabbit_wait_stomp() {
     local deadline=$1 t0=$2
     wait_ready stomp "$RABBIT_PORT" "$deadline" || rabbit_fail "STOMP on $HOST:$RABBIT_PORT not ready within ${TIMEOUT}s (last attempt: $LAST_REASON)"
     wait_ready ws "$RABBIT_WS_PORT" "$deadline" || rabbit_fail "Web-STOMP on $HOST:$RABBIT_WS_PORT/ws not ready within ${TIMEOUT}s (last attempt: $LAST_REASON)"
-    printf 'rabbitmq ready  %s  (web-stomp %s)  %ss\n' "$(rabbit_url)" "$(rabbit_ws_url)" "$(since "$t0")"
+    rabbit_tls_up
+    wait_ready tls "$RABBIT_TLS_PORT" "$deadline" || rabbit_fail "STOMP over TLS on $HOST:$RABBIT_TLS_PORT not ready within ${TIMEOUT}s (last attempt: $LAST_REASON)"
+    printf 'rabbitmq ready  %s  (web-stomp %s, tls %s)  %ss\n' "$(rabbit_url)" "$(rabbit_ws_url)" "$(rabbit_tls_url)" "$(since "$t0")"
 }
 
 rabbit_start() {
@@ -362,6 +517,9 @@ rabbit_status() {
     fi
     if msg=$(ws_probe "$RABBIT_WS_PORT" 3); then printf '  (web-stomp ready %s)' "$(rabbit_ws_url)"
     else printf '  (web-stomp NOT READY: %s)' "$msg"; r=1; fi
+    if [ ! -s "$TLS_DIR/ca.pem" ]; then printf '  (tls NOT READY: no %s; run start)' "$TLS_DIR/ca.pem"; r=1
+    elif msg=$(tls_probe "$RABBIT_TLS_PORT" 3); then printf '  (tls ready %s)' "$(rabbit_tls_url)"
+    else printf '  (tls NOT READY: %s)' "$msg"; r=1; fi
     state=$(rabbit_inspect || true)
     printf '  [%s]\n' "${state:-node down}"
     return $r
@@ -536,6 +694,9 @@ print_env() {
     cat <<EOF
 export STOMPFAST_RABBITMQ_URL=$(rabbit_url)
 export STOMPFAST_RABBITMQ_WS_URL=$(rabbit_ws_url)
+export STOMPFAST_RABBITMQ_TLS_URL=$(rabbit_tls_url)
+export STOMPFAST_TLS_CA=$TLS_DIR/ca.pem
+export STOMPFAST_TLS_BAD_CA=$TLS_DIR/bad-ca.pem
 export STOMPFAST_ACTIVEMQ_URL=$(amq_url)
 export STOMPFAST_ACTIVEMQ_NIO_URL=$(amq_nio_url)
 export STOMPFAST_BROKERS_SCRIPT=$SCRIPT

@@ -26,6 +26,7 @@ from .errors import (
     StompConnectionError,
     StompError,
     StompTimeout,
+    TLSError,
     TransactionError,
 )
 from .frames import Frame
@@ -66,6 +67,7 @@ __all__ = [
     "StompTimeout",
     "Subscription",
     "SyncMessage",
+    "TLSError",
     "Transaction",
     "TransactionError",
     "encode_frame",

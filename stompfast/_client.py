@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl as _ssl
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import anyio
@@ -58,7 +59,7 @@ from ._protocol import (
 )
 from ._reconnect import ConnectionEvent, ReconnectPolicy
 from ._subscription import DEFAULT_BUFFER_SIZE, AsyncSubscription, _copy
-from ._transport import READ_SIZE, AsyncioTransport, Transport, _describe, open_transport
+from ._transport import READ_SIZE, AsyncioTransport, Transport, WebSocketSpec, _describe, open_transport
 from .errors import (
     ClientClosedError,
     ConfigurationError,
@@ -72,6 +73,7 @@ from .errors import (
     StaleMessageError,
     StompError,
     StompTimeout,
+    TLSError,
     TransactionError,
 )
 
@@ -177,10 +179,25 @@ class AsyncClient:
             (failover, tried in order), or ActiveMQ's
             ``failover:(url1,url2)?initialReconnectDelay=100&...`` form.
             Keywords override what the URLs say.
+            ``stomp+ssl://``, ``stomp+tls://`` and ``ssl://`` connect with TLS
+            (port 61614 when none is given); ``ws://host:port/path`` and
+            ``wss://...`` speak STOMP over a WebSocket (the path is the HTTP path,
+            e.g. ``/ws`` for RabbitMQ's Web-STOMP; needs ``stompfast[ws]``).
+            See docs/tls.md.
         login, passcode: credentials (CONNECT ``login``/``passcode``).
         virtual_host: the CONNECT ``host`` header; ``/`` by default, which works on
-            RabbitMQ, ActiveMQ and Artemis alike.
+            RabbitMQ, ActiveMQ and Artemis alike (also for WebSocket URLs, whose
+            path is not the virtual host).
         host, port: where to connect when no URL is given (default 127.0.0.1:61613).
+        ssl: TLS. ``None`` (default): as the URL scheme says; ``True``: TLS with
+            ``ssl.create_default_context()`` (the system's CAs, certificate and
+            host name checked); an ``ssl.SSLContext``: TLS with that context as
+            it is (a private CA with ``ctx.load_verify_locations(cafile)``, a
+            client certificate with ``ctx.load_cert_chain(certfile, keyfile)``);
+            ``False``: no TLS whatever the scheme. A failed handshake raises
+            :class:`~stompfast.TLSError`.
+        server_hostname: the name sent as SNI and checked against the broker's
+            certificate (default: the host connected to). TLS only.
         versions: STOMP versions to offer (default all three; the broker picks).
         heart_beat: ``(cx, cy)`` milliseconds: how often we can send, how often we
             want to hear from the broker (0 = never). Default ``(10000, 10000)``.
@@ -229,6 +246,8 @@ class AsyncClient:
         max_header_bytes: Optional[int] = None,
         reconnect: Union[bool, ReconnectPolicy] = True,
         on_event: Optional[Callable[[ConnectionEvent], Any]] = None,
+        ssl: Union[bool, _ssl.SSLContext, None] = None,
+        server_hostname: Optional[str] = None,
     ) -> None:
         if url is not None:
             endpoints, failover = parse_urls(url)
@@ -265,6 +284,19 @@ class AsyncClient:
         if on_event is not None and not callable(on_event):
             raise ConfigurationError(f"on_event must be callable, not {on_event!r}")
         self._on_event = on_event
+        if ssl is not None and not isinstance(ssl, (bool, _ssl.SSLContext)):
+            raise ConfigurationError(f"ssl must be None, a bool or an ssl.SSLContext, not {type(ssl).__name__}")
+        self._ssl_option: Union[bool, _ssl.SSLContext, None] = ssl
+        if server_hostname is not None:
+            if not (ssl or (ssl is None and any(ep.tls for ep in endpoints))):
+                raise ConfigurationError("server_hostname is for TLS connections (ssl=True or a stomp+ssl:// URL)")
+            if not isinstance(server_hostname, str) or not server_hostname:
+                raise ConfigurationError(f"server_hostname must be a non-empty str, not {server_hostname!r}")
+        self._server_hostname = server_hostname
+        if any(ep.websocket for ep in endpoints):
+            from ._websocket import require_wsproto
+
+            require_wsproto()
         self._heartbeat_tolerance = check_positive("heartbeat_tolerance", heartbeat_tolerance)
         if heartbeat_tolerance < 1:
             raise ConfigurationError("heartbeat_tolerance must be at least 1 (a multiple of the broker's interval)")
@@ -413,6 +445,17 @@ class AsyncClient:
                     await self._transport.aclose()
             raise
 
+    def _tls(self, endpoint: Endpoint) -> Union[bool, _ssl.SSLContext]:
+        """TLS for ``endpoint``: the ``ssl=`` keyword if given, else what its URL scheme says."""
+        return endpoint.tls if self._ssl_option is None else self._ssl_option
+
+    def _ssl_context(self, endpoint: Endpoint) -> Optional[_ssl.SSLContext]:
+        """The SSL context to connect with (None: plain TCP); a default one is made per connect."""
+        tls = self._tls(endpoint)
+        if isinstance(tls, _ssl.SSLContext):
+            return tls
+        return _ssl.create_default_context() if tls else None
+
     async def _establish(self, *, first: bool) -> None:
         """Try the broker list until one answers CONNECTED, per the reconnect policy."""
         policy = self._policy
@@ -453,9 +496,20 @@ class AsyncClient:
         transport: Optional[Transport] = None
         try:
             leftover: List[Any] = []
+            websocket = None
+            if endpoint.websocket:
+                from ._websocket import subprotocols
+
+                websocket = WebSocketSpec(endpoint.path, subprotocols(protocol.versions))
             try:
                 with anyio.fail_after(self._connect_timeout):
-                    transport = await open_transport(endpoint.host, endpoint.port)
+                    transport = await open_transport(
+                        endpoint.host,
+                        endpoint.port,
+                        ssl_context=self._ssl_context(endpoint),
+                        server_hostname=self._server_hostname,
+                        websocket=websocket,
+                    )
                     await transport.send(protocol.connect())
                     leftover = await self._await_connected(transport, protocol, endpoint)
             except TimeoutError as exc:
@@ -463,8 +517,22 @@ class AsyncClient:
                     f"no CONNECTED from {endpoint.host}:{endpoint.port} within {self._connect_timeout:g} s"
                 ) from exc
             except ConnectionLostError as exc:
+                cause = exc.__cause__
+                if isinstance(cause, _ssl.SSLError):
+                    # TLS 1.3: a client certificate the broker refuses is reported after the
+                    # handshake, on the first read
+                    raise TLSError(
+                        f"{endpoint.host}:{endpoint.port} ended the TLS session before CONNECTED: {exc}"
+                        " (does the broker want a client certificate? ctx.load_cert_chain)",
+                        reason=getattr(cause, "reason", None),
+                    ) from exc
+                hint = (
+                    " (over TLS: does the broker want a client certificate? ctx.load_cert_chain)"
+                    if self._tls(endpoint)
+                    else ""
+                )
                 raise ConnectError(
-                    f"{endpoint.host}:{endpoint.port} closed the connection before CONNECTED: {exc}"
+                    f"{endpoint.host}:{endpoint.port} closed the connection before CONNECTED: {exc}{hint}"
                 ) from exc
         except BaseException:
             if transport is not None:
@@ -530,9 +598,17 @@ class AsyncClient:
         while True:
             data = await transport.receive(READ_SIZE)
             if not data:
+                hint = "is this a STOMP port?"
+                if self._tls(endpoint) and not protocol.buffered:
+                    hint += " Over TLS, a broker that wants a client certificate closes like this: ctx.load_cert_chain"
                 raise ConnectError(
-                    f"{endpoint.host}:{endpoint.port} closed the connection before CONNECTED"
-                    " (is this a STOMP port?)"
+                    f"{endpoint.host}:{endpoint.port} closed the connection before CONNECTED ({hint})"
+                )
+            if data[:1] in (b"\x15", b"\x16") and data[1:2] == b"\x03" and not protocol.buffered:
+                # a TLS record (alert or handshake) where a STOMP frame was expected
+                raise ConnectError(
+                    f"{endpoint.host}:{endpoint.port} answered with TLS: it is a TLS port"
+                    " (use a stomp+ssl:// URL or ssl=True)"
                 )
             events = protocol.receive_data(data)
             for i, event in enumerate(events):

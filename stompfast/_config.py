@@ -8,6 +8,16 @@ escapes are decoded in every part. With no path (or ``/``) the CONNECT ``host``
 header is ``/``: RabbitMQ reads it as its default virtual host, and ActiveMQ and
 Artemis ignore it, so a plain ``stomp://127.0.0.1:61613`` works on all three
 (``host:127.0.0.1`` would be refused by RabbitMQ).
+
+Schemes, the transport each selects, and the port used when the URL names none:
+
+* ``stomp://``, ``tcp://``: plain TCP, 61613;
+* ``stomp+ssl://``, ``stomp+tls://``, ``ssl://`` (ActiveMQ's spelling): TLS, 61614;
+* ``ws://``: STOMP over WebSocket, 80; ``wss://``: over WebSocket over TLS, 443.
+
+In a WebSocket URL the path (and query) is the HTTP path of the upgrade request
+(RabbitMQ's Web-STOMP listens on ``/ws``), never the virtual host, which stays
+``/`` unless the ``virtual_host`` keyword says otherwise.
 """
 
 from __future__ import annotations
@@ -20,13 +30,24 @@ from .errors import ConfigurationError
 __all__ = ["DEFAULT_PORT", "Endpoint", "parse_url", "parse_urls"]
 
 DEFAULT_PORT = 61613
-_SCHEMES = {"stomp": "tcp", "tcp": "tcp"}
+#: URL scheme -> transport: "tcp", "ssl" (TLS), "ws" (WebSocket), "wss" (WebSocket over TLS)
+_SCHEMES = {
+    "stomp": "tcp",
+    "tcp": "tcp",
+    "stomp+ssl": "ssl",
+    "stomp+tls": "ssl",
+    "ssl": "ssl",
+    "ws": "ws",
+    "wss": "wss",
+}
+#: the port of each transport when the URL names none
+_DEFAULT_PORTS = {"tcp": DEFAULT_PORT, "ssl": 61614, "ws": 80, "wss": 443}
 
 
 class Endpoint:
     """Where and as whom to connect: the parsed form of one broker URL."""
 
-    __slots__ = ("scheme", "host", "port", "login", "passcode", "virtual_host")
+    __slots__ = ("scheme", "host", "port", "login", "passcode", "virtual_host", "path")
 
     def __init__(
         self,
@@ -37,28 +58,45 @@ class Endpoint:
         login: Optional[str] = None,
         passcode: Optional[str] = None,
         virtual_host: Optional[str] = "/",
+        path: str = "/",
     ) -> None:
-        self.scheme = scheme
+        self.scheme = scheme  # "tcp", "ssl", "ws" or "wss"
         self.host = host
         self.port = port
         self.login = login
         self.passcode = passcode
         self.virtual_host = virtual_host
+        self.path = path  # WebSocket only: the HTTP path (and query) of the upgrade request
+
+    @property
+    def tls(self) -> bool:
+        """True when the scheme asks for TLS (``stomp+ssl``, ``ssl``, ``wss``...)."""
+        return self.scheme in ("ssl", "wss")
+
+    @property
+    def websocket(self) -> bool:
+        return self.scheme in ("ws", "wss")
 
     @property
     def url(self) -> str:
         """The endpoint as a URL, for logs and events: the passcode is never included."""
         user = f"{self.login}@" if self.login else ""
-        return f"stomp://{user}{self.host}:{self.port}/"
+        scheme = {"tcp": "stomp", "ssl": "stomp+ssl"}.get(self.scheme, self.scheme)
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        path = self.path if self.websocket else "/"
+        return f"{scheme}://{user}{host}:{self.port}{path}"
 
     def __repr__(self) -> str:
         # never echo credentials
         user = f"{self.login}:***@" if self.login else ""
-        return f"Endpoint('stomp://{user}{self.host}:{self.port}', virtual_host={self.virtual_host!r})"
+        scheme = {"tcp": "stomp", "ssl": "stomp+ssl"}.get(self.scheme, self.scheme)
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        path = self.path if self.websocket else ""
+        return f"Endpoint('{scheme}://{user}{host}:{self.port}{path}', virtual_host={self.virtual_host!r})"
 
 
 def parse_url(url: str) -> Endpoint:
-    """Parse ``stomp://login:passcode@host:port/vhost`` into an :class:`Endpoint`.
+    """Parse ``stomp://login:passcode@host:port/vhost`` (or another scheme above) into an :class:`Endpoint`.
 
     Raises:
         ConfigurationError: not a STOMP URL, no host, or a bad port.
@@ -70,6 +108,7 @@ def parse_url(url: str) -> Endpoint:
     if scheme is None:
         raise ConfigurationError(
             f"unsupported URL scheme {parts.scheme!r} in {_redact(url)!r}: expected stomp://host:port"
+            " (or stomp+ssl://, ssl://, ws://, wss://)"
         )
     try:
         port = parts.port
@@ -77,15 +116,24 @@ def parse_url(url: str) -> Endpoint:
         raise ConfigurationError(f"invalid port in broker URL {_redact(url)!r}") from None
     if not parts.hostname:
         raise ConfigurationError(f"broker URL {_redact(url)!r} names no host")
-    path = unquote(parts.path)
-    virtual_host = "/" if path in ("", "/") else path[1:]
+    if scheme in ("ws", "wss"):
+        # the HTTP request target, sent as written (still percent-encoded)
+        http_path = parts.path or "/"
+        if parts.query:
+            http_path += "?" + parts.query
+        virtual_host = "/"
+    else:
+        http_path = "/"
+        path = unquote(parts.path)
+        virtual_host = "/" if path in ("", "/") else path[1:]
     return Endpoint(
         parts.hostname,
-        DEFAULT_PORT if port is None else port,
+        _DEFAULT_PORTS[scheme] if port is None else port,
         scheme=scheme,
         login=unquote(parts.username) if parts.username is not None else None,
         passcode=unquote(parts.password) if parts.password is not None else None,
         virtual_host=virtual_host,
+        path=http_path,
     )
 
 

@@ -49,6 +49,7 @@ import concurrent.futures
 import functools
 import logging
 import math
+import ssl as _ssl
 import threading
 import time
 import weakref
@@ -585,6 +586,8 @@ class Client:
         max_header_bytes: Optional[int] = None,
         reconnect: Union[bool, ReconnectPolicy] = True,
         on_event: Optional[Callable[[ConnectionEvent], Any]] = None,
+        ssl: Union[bool, _ssl.SSLContext, None] = None,
+        server_hostname: Optional[str] = None,
         portal: Union[Portal, BlockingPortal, None] = None,
         backend: Optional[str] = None,
         backend_options: Optional[Mapping[str, Any]] = None,
@@ -637,6 +640,8 @@ class Client:
             max_header_bytes=max_header_bytes,
             reconnect=reconnect,
             on_event=on_event,
+            ssl=ssl,
+            server_hostname=server_hostname,
         )
         try:
             # The async client makes anyio primitives, which belong to the loop: build it there.

@@ -16,11 +16,20 @@ Two implementations of one small interface (``send``, ``receive``, ``aclose``):
   ``READ_SIZE * 4`` bytes wait), and ``send`` is ``transport.write`` (it waits
   only while asyncio says the write buffer is full);
 * elsewhere (trio), :class:`Transport` wraps the anyio byte stream.
+
+TLS: on asyncio the same protocol runs under ``loop.create_connection(ssl=ctx,
+server_hostname=...)`` (push mode works unchanged); on trio the anyio stream is
+a ``TLSStream`` (``tls_standard_compatible=False``: brokers often close without
+a TLS close_notify). An ``ssl.SSLError`` during the handshake (a refused
+certificate, a host name mismatch, a plain-TCP port) becomes
+:class:`~stompfast.TLSError`. WebSocket (``_websocket``) is a layer between the
+socket and these same classes; the plain TCP path is not touched by either.
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
 from collections import deque
 from typing import Any, Deque, Optional
 
@@ -28,9 +37,9 @@ import anyio
 import sniffio
 from anyio.abc import ByteStream
 
-from .errors import ConnectError, ConnectionLostError, ConnectTimeout
+from .errors import ConnectError, ConnectionLostError, ConnectTimeout, TLSError
 
-__all__ = ["READ_SIZE", "AsyncioTransport", "Transport", "open_transport"]
+__all__ = ["READ_SIZE", "AsyncioTransport", "Transport", "WebSocketSpec", "open_transport"]
 
 #: Bytes asked for per read: large reads hand many frames to the scanner at once.
 READ_SIZE = 256 * 1024
@@ -237,21 +246,97 @@ class AsyncioTransport:
         self._transport.close()
 
 
-async def _open_asyncio(host: str, port: int, peer: str) -> AsyncioTransport:
+class WebSocketAsyncioTransport(AsyncioTransport):
+    """:class:`AsyncioTransport` over a :class:`~stompfast._websocket.WebSocketLayer`: closes politely."""
+
+    __slots__ = ()
+
+    async def aclose(self) -> None:
+        """Send a close frame, wait for the broker's (at most CLOSE_TIMEOUT), close the socket."""
+        if self.closed:
+            return
+        self.closed = True
+        from ._websocket import CLOSE_TIMEOUT
+
+        layer = self._transport
+        layer.start_close()
+        if not layer.closed.done():
+            with anyio.move_on_after(CLOSE_TIMEOUT):
+                await layer.closed
+        layer.close()
+
+
+class WebSocketSpec:
+    """What the WebSocket upgrade request asks for: the HTTP path and the subprotocols."""
+
+    __slots__ = ("path", "subprotocols")
+
+    def __init__(self, path: str, subprotocols: "list[str]") -> None:
+        self.path = path
+        self.subprotocols = subprotocols
+
+
+async def _open_asyncio(
+    host: str, port: int, peer: str, ssl_context: Optional[ssl.SSLContext], server_hostname: Optional[str]
+) -> AsyncioTransport:
     import asyncio
 
     loop = asyncio.get_running_loop()
-    transport, protocol = await loop.create_connection(_Protocol, host, port)
+    if ssl_context is None:
+        transport, protocol = await loop.create_connection(_Protocol, host, port)
+    else:
+        transport, protocol = await loop.create_connection(
+            _Protocol, host, port, ssl=ssl_context, server_hostname=server_hostname or host
+        )
     return AsyncioTransport(transport, protocol, peer)
 
 
+async def _open_asyncio_ws(
+    host: str,
+    port: int,
+    peer: str,
+    ssl_context: Optional[ssl.SSLContext],
+    server_hostname: Optional[str],
+    ws: WebSocketSpec,
+) -> AsyncioTransport:
+    import asyncio
+
+    from ._websocket import WebSocketLayer, _request, _url
+
+    loop = asyncio.get_running_loop()
+    tls = ssl_context is not None
+    wsconn, request = _request(host, port, ws.path, ws.subprotocols, tls)
+    protocol = _Protocol()
+    layer = WebSocketLayer(protocol, wsconn, request, _url(host, port, ws.path, tls), loop)
+    kwargs: Any = {"ssl": ssl_context, "server_hostname": server_hostname or host} if tls else {}
+    raw, _ = await loop.create_connection(lambda: layer, host, port, **kwargs)
+    try:
+        await layer.opened
+    except BaseException:
+        raw.abort()
+        raise
+    return WebSocketAsyncioTransport(layer, protocol, peer)
+
+
 async def open_transport(
-    host: str, port: int, *, timeout: Optional[float] = None
+    host: str,
+    port: int,
+    *,
+    timeout: Optional[float] = None,
+    ssl_context: Optional[ssl.SSLContext] = None,
+    server_hostname: Optional[str] = None,
+    websocket: Optional[WebSocketSpec] = None,
 ) -> "Transport | AsyncioTransport":
     """Open a TCP connection (TCP_NODELAY on: STOMP frames are small and latency matters).
 
+    With ``ssl_context``, TLS on top (SNI and the certificate check use
+    ``server_hostname``, by default ``host``); with ``websocket``, a WebSocket
+    upgrade on top of that.
+
     Raises:
-        ConnectError: refused, unreachable or unresolvable.
+        ConnectError: refused, unreachable or unresolvable; WebSocket upgrade
+            refused (``status_code`` attribute).
+        TLSError: the TLS handshake failed (a ConnectError too).
         ConnectTimeout: not open within ``timeout`` (a ConnectError too).
     """
     peer = f"{host}:{port}"
@@ -259,24 +344,90 @@ async def open_transport(
         try:
             with anyio.fail_after(timeout):
                 # asyncio turns TCP_NODELAY on for every TCP transport it makes
-                return await _open_asyncio(host, port, peer)
+                if websocket is not None:
+                    return await _open_asyncio_ws(host, port, peer, ssl_context, server_hostname, websocket)
+                return await _open_asyncio(host, port, peer, ssl_context, server_hostname)
+        except ConnectError:  # ours (a refused WebSocket upgrade): it is an OSError too
+            raise
         except TimeoutError as exc:
             raise ConnectTimeout(f"could not connect to {peer}: no answer within {timeout:g} s") from exc
+        except ssl.SSLError as exc:
+            raise _tls_error(peer, exc, server_hostname or host) from exc
         except OSError as exc:
+            if ssl_context is not None and isinstance(exc, ConnectionResetError):
+                raise TLSError(
+                    f"TLS handshake with {peer} failed: the connection was reset (is this a TLS port?)"
+                ) from exc
             raise ConnectError(f"could not connect to {peer}: {_describe(exc)}") from exc
     try:
         with anyio.fail_after(timeout):
-            stream = await anyio.connect_tcp(host, port)
+            if ssl_context is None:
+                stream: Any = await anyio.connect_tcp(host, port)
+            else:
+                stream = await anyio.connect_tcp(
+                    host,
+                    port,
+                    tls=True,
+                    ssl_context=ssl_context,
+                    tls_hostname=server_hostname or host,
+                    tls_standard_compatible=False,
+                )
+            _nodelay(stream)
+            if websocket is not None:
+                from ._websocket import WebSocketStream
+
+                try:
+                    stream = await WebSocketStream.connect(
+                        stream, host, port, websocket.path, websocket.subprotocols, ssl_context is not None
+                    )
+                except BaseException:
+                    await anyio.aclose_forcefully(stream)
+                    raise
+    except ConnectError:
+        raise
     except TimeoutError as exc:
         raise ConnectTimeout(f"could not connect to {peer}: no answer within {timeout:g} s") from exc
+    except ssl.SSLError as exc:
+        raise _tls_error(peer, exc, server_hostname or host) from exc
+    except (anyio.EndOfStream, anyio.BrokenResourceError) as exc:
+        if ssl_context is not None:
+            raise TLSError(
+                f"TLS handshake with {peer} failed: the broker closed the connection (is this a TLS port?)"
+            ) from exc
+        raise ConnectError(f"{peer} closed the connection while connecting") from exc
     except OSError as exc:
         raise ConnectError(f"could not connect to {peer}: {_describe(exc)}") from exc
+    return Transport(stream, peer)
+
+
+def _nodelay(stream: Any) -> None:
     try:
         sock = stream.extra(anyio.abc.SocketAttribute.raw_socket)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     except (OSError, anyio.TypedAttributeLookupError):  # not a TCP socket (tests may pass others)
         pass
-    return Transport(stream, peer)
+
+
+def _tls_error(peer: str, exc: ssl.SSLError, hostname: str) -> TLSError:
+    """A TLSError naming what failed: the certificate check, or the handshake itself."""
+    verify = getattr(exc, "verify_message", None)
+    reason = getattr(exc, "reason", None)
+    if verify:
+        hint = ""
+        lowered = verify.lower()
+        if "issuer" in lowered or "self-signed" in lowered or "self signed" in lowered:
+            hint = (
+                " (it is not signed by a CA this SSL context trusts: pass ssl=ctx with"
+                " ctx.load_verify_locations(cafile=...) for a private CA)"
+            )
+        elif "mismatch" in lowered:
+            hint = f" (the name checked was {hostname!r}; server_hostname= overrides it)"
+        message = f"TLS handshake with {peer} failed: the broker's certificate was refused: {verify}{hint}"
+    else:
+        what = reason or _describe(exc)
+        hint = " (is this a TLS port?)" if reason in ("WRONG_VERSION_NUMBER", "UNEXPECTED_EOF_WHILE_READING") else ""
+        message = f"TLS handshake with {peer} failed: {what}{hint}"
+    return TLSError(message, reason=reason, verify_message=verify)
 
 
 def _describe(exc: Optional[BaseException]) -> str:

@@ -13,7 +13,8 @@ working in code that does not know about stompfast::
     │       └── LimitExceededError             a frame passed a configured limit
     ├── StompConnectionError (ConnectionError)
     │   ├── ConnectError                       could not open or negotiate a session
-    │   │   └── ConnectTimeout (+TimeoutError) no connection or no CONNECTED in time
+    │   │   ├── ConnectTimeout (+TimeoutError) no connection or no CONNECTED in time
+    │   │   └── TLSError                       the TLS handshake failed (certificate, host name)
     │   └── ConnectionLostError                an established session ended
     │       └── HeartbeatTimeout (+TimeoutError)   the peer fell silent
     ├── ServerError                            the broker sent an ERROR frame
@@ -55,6 +56,7 @@ __all__ = [
     "StompConnectionError",
     "StompError",
     "StompTimeout",
+    "TLSError",
     "TransactionError",
 ]
 
@@ -132,6 +134,27 @@ class StompConnectionError(StompError, ConnectionError):
 
 class ConnectError(StompConnectionError):
     """Opening the connection or negotiating the STOMP session failed."""
+
+
+class TLSError(ConnectError):
+    """The TLS handshake with the broker failed: nothing was sent over the connection.
+
+    Most often the broker's certificate was refused: it is not signed by a CA the
+    SSL context trusts (``ctx.load_verify_locations(cafile)``), it is not valid
+    for the host name connected to (``server_hostname=`` overrides the name
+    checked), or it expired; or the broker refused ours (a client certificate,
+    ``ctx.load_cert_chain``).
+
+    Attributes:
+        reason: OpenSSL's reason, e.g. ``"CERTIFICATE_VERIFY_FAILED"`` (or None).
+        verify_message: the certificate check that failed, e.g. ``"unable to get
+            local issuer certificate"`` or ``"Hostname mismatch, certificate is not
+            valid for 'wrong.example'."`` (None when the failure was not a
+            certificate check).
+    """
+
+    reason: Optional[str] = None
+    verify_message: Optional[str] = None
 
 
 class ConnectionLostError(StompConnectionError):

@@ -36,6 +36,7 @@ TREE = {
     "AuthenticationError": (("ServerError",), ()),
     "StompTimeout": (("StompError",), (TimeoutError,)),
     "ConnectTimeout": (("ConnectError", "StompTimeout"), ()),
+    "TLSError": (("ConnectError",), ()),
     "ReceiptTimeout": (("StompTimeout",), ()),
     "ReceiveTimeout": (("StompTimeout",), ()),
     "ClientClosedError": (("StompError",), (RuntimeError,)),
@@ -160,6 +161,9 @@ def test_defaults_of_the_data_attributes():
     assert le.limit_name == "" and le.limit == 0 and le.offset is None and tuple(le.frames) == ()
     se = ServerError("x")
     assert dict(se.headers) == {} and se.body == b"" and se.receipt_id is None
+    te = errors.TLSError("x")
+    assert te.reason is None and te.verify_message is None
+    assert isinstance(te, errors.ConnectError) and isinstance(te, ConnectionError)
 
 
 def _roundtrip(exc, protocol=pickle.HIGHEST_PROTOCOL):

@@ -90,6 +90,7 @@ from typing import (
 
 import anyio
 from anyio.abc import SocketAttribute
+from anyio.streams.tls import TLSListener
 
 from .. import __version__
 from .._scanner import FrameScanner, encode_frame
@@ -140,6 +141,8 @@ class BrokerStats:
             topic without subscribers, unacked topic copies of an ended subscription,
             auto-acked messages cut by :meth:`Broker.drop_mid_frame`.
         receipts_withheld: receipts not sent because of :meth:`Broker.withhold_receipts`.
+        tls_handshakes_failed: TLS handshakes that failed (``ssl_context`` brokers); such
+            connections never count as accepted.
     """
 
     frames_in: Mapping[str, int] = field(default_factory=dict)
@@ -150,6 +153,7 @@ class BrokerStats:
     connections_refused: int = 0
     messages_discarded: int = 0
     receipts_withheld: int = 0
+    tls_handshakes_failed: int = 0
 
 
 class _Message:
@@ -276,6 +280,22 @@ def _parse_heart_beat(value: Optional[str]) -> Tuple[int, int]:
     return cx, cy
 
 
+class _TLSListener(TLSListener):
+    """anyio's TLS listener, counting failed handshakes instead of logging them as errors."""
+
+    def __init__(self, listener: Any, ssl_context: Any, broker: "Broker") -> None:
+        # brokers close without close_notify, and so may this one's clients
+        super().__init__(listener, ssl_context, standard_compatible=False, handshake_timeout=10)
+        self._broker = broker
+
+    async def handle_handshake_error(self, exc: BaseException, stream: Any) -> None:
+        self._broker._counts["tls_handshake_failed"] += 1
+        log.debug("stompfast.testing: TLS handshake failed: %r", exc)
+        await Broker._aclose(stream)
+        if not isinstance(exc, Exception):
+            raise exc
+
+
 class Broker:
     """An in-process STOMP broker for tests and demos, with fault injection.
 
@@ -308,6 +328,12 @@ class Broker:
         max_frame_bytes, max_headers, max_header_bytes: limits of the
             server-side scanner (``None`` = the scanner's defaults); a client
             exceeding one gets ERROR and is closed.
+        ssl_context: serve STOMP over TLS with this server-side context (e.g.
+            ``ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)`` with
+            ``load_cert_chain``; ``verify_mode = CERT_REQUIRED`` asks clients for
+            a certificate). :attr:`url` is then ``stomp+ssl://``. A failed
+            handshake closes that connection and counts in ``stats``
+            (``tls_handshakes_failed``).
     """
 
     def __init__(
@@ -327,6 +353,7 @@ class Broker:
         max_frame_bytes: Optional[int] = None,
         max_headers: Optional[int] = None,
         max_header_bytes: Optional[int] = None,
+        ssl_context: Any = None,
     ) -> None:
         versions = tuple(versions)
         if not versions or any(v not in _VERSIONS for v in versions):
@@ -352,6 +379,7 @@ class Broker:
         }
         FrameScanner(**self._limits)  # type: ignore[arg-type]  # invalid limits fail here, not per connection
         self._record = record
+        self.ssl_context = ssl_context
         self._received: Deque[Frame] = deque(maxlen=record_limit)
         self._port: Optional[int] = None
         self._tg: Any = None
@@ -391,6 +419,8 @@ class Broker:
             local_host=self.host, local_port=self._requested_port
         )
         self._port = self._listener.extra(SocketAttribute.local_port)
+        if self.ssl_context is not None:
+            self._listener = _TLSListener(self._listener, self.ssl_context, self)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._listener.serve, self._serve_connection, self._tg)
@@ -452,9 +482,10 @@ class Broker:
 
     @property
     def url(self) -> str:
-        """``stomp://HOST:PORT/`` of the listening socket."""
+        """``stomp://HOST:PORT/`` of the listening socket (``stomp+ssl://`` with TLS)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"stomp://{host}:{self.port}/"
+        scheme = "stomp+ssl" if self.ssl_context is not None else "stomp"
+        return f"{scheme}://{host}:{self.port}/"
 
     # ------------------------------------------------------------------ introspection
 
@@ -510,6 +541,7 @@ class Broker:
             connections_refused=c["refused"],
             messages_discarded=c["discarded"],
             receipts_withheld=c["withheld"],
+            tls_handshakes_failed=c["tls_handshake_failed"],
         )
 
     @property

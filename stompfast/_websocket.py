@@ -1,0 +1,429 @@
+"""STOMP over WebSocket (RFC 6455), with wsproto; an optional part: ``pip install 'stompfast[ws]'``.
+
+The WebSocket is a layer under the same transports the client uses for TCP, so
+the client cannot tell the difference:
+
+* on asyncio, :class:`WebSocketLayer` is the ``asyncio.Protocol`` of the socket
+  *and* the transport of the usual ``_Protocol`` above it: received WebSocket
+  messages are unwrapped and their payload handed on to ``data_received``
+  (push mode keeps working), and ``write`` wraps the bytes in one WebSocket
+  message. The plain TCP path does not go through it (no cost there);
+* on trio (any anyio backend), :class:`WebSocketStream` is an anyio
+  ``ByteStream`` around the TCP or TLS stream, wrapped by the usual
+  ``Transport``.
+
+STOMP frames are a byte stream inside the messages: a received message may hold
+several frames or part of one, text or binary, fragmented across WebSocket
+frames or not (the scanner copes with any chunking). Each write is sent as one
+binary message, which may hold several frames (RabbitMQ's Web-STOMP and Spring
+parse messages as a stream). Pings are answered; a close from the broker is
+answered and ends the connection (codes other than 1000/1001 as an error);
+closing sends a close frame and waits briefly for the broker's.
+
+The upgrade request offers the subprotocols ``v12.stomp``, ``v11.stomp`` and
+``v10.stomp`` of the STOMP versions offered. A refused upgrade (any status but
+101) is a :class:`~stompfast.ConnectError` carrying ``status_code``.
+"""
+
+from __future__ import annotations
+
+import http
+from typing import Any, Iterable, List, Optional
+
+import anyio
+from anyio.abc import ByteStream
+
+from .errors import ConfigurationError, ConnectError
+
+__all__ = ["SUBPROTOCOLS", "WebSocketLayer", "WebSocketStream", "require_wsproto", "subprotocols"]
+
+#: STOMP version -> WebSocket subprotocol name (the STOMP 1.2 spec's registry)
+SUBPROTOCOLS = {"1.2": "v12.stomp", "1.1": "v11.stomp", "1.0": "v10.stomp"}
+#: seconds ``aclose`` waits for the broker's close frame after sending ours
+CLOSE_TIMEOUT = 1.0
+_CLEAN_CLOSE = (1000, 1001)
+
+
+def require_wsproto() -> Any:
+    """Import wsproto, or explain how to install it (ConfigurationError)."""
+    try:
+        import wsproto
+    except ImportError as exc:
+        raise ConfigurationError(
+            "ws:// and wss:// URLs need the wsproto package: pip install 'stompfast[ws]'"
+        ) from exc
+    return wsproto
+
+
+def subprotocols(versions: Iterable[str]) -> List[str]:
+    """The subprotocols to offer for ``versions``, highest version first."""
+    offered = set(versions)
+    return [SUBPROTOCOLS[v] for v in ("1.2", "1.1", "1.0") if v in offered]
+
+
+def _request(host: str, port: int, path: str, protocols: List[str], tls: bool) -> Any:
+    wsproto = require_wsproto()
+    from wsproto.events import Request
+
+    default_port = 443 if tls else 80
+    authority = f"[{host}]" if ":" in host else host
+    if port != default_port:
+        authority = f"{authority}:{port}"
+    ws = wsproto.WSConnection(wsproto.ConnectionType.CLIENT)
+    return ws, ws.send(Request(host=authority, target=path, subprotocols=protocols))
+
+
+def _url(host: str, port: int, path: str, tls: bool) -> str:
+    authority = f"[{host}]" if ":" in host else host
+    return f"{'wss' if tls else 'ws'}://{authority}:{port}{path}"
+
+
+class _Handshake:
+    """Feeds the upgrade response to wsproto; ``done`` once it was accepted (or raises)."""
+
+    def __init__(self, ws: Any, url: str) -> None:
+        self.ws = ws
+        self.url = url
+        self.accepted: Any = None
+        self.refused: Any = None
+        self.body = b""
+
+    def feed(self, data: bytes) -> bool:
+        from wsproto.events import AcceptConnection, RejectConnection, RejectData
+        from wsproto.utilities import RemoteProtocolError as WSRemoteProtocolError
+
+        try:
+            self.ws.receive_data(data)
+            for event in self.ws.events():
+                if isinstance(event, AcceptConnection):
+                    self.accepted = event
+                    return True
+                if isinstance(event, RejectConnection):
+                    self.refused = event
+                    if not event.has_body:
+                        raise self.refused_error()
+                elif isinstance(event, RejectData):
+                    self.body += event.data
+                    if event.body_finished or len(self.body) > 4096:
+                        raise self.refused_error()
+        except WSRemoteProtocolError as exc:
+            raise ConnectError(f"WebSocket upgrade for {self.url} failed: {exc}") from exc
+        return False  # more to read: the rest of the response, or of its body
+
+    def refused_error(self) -> ConnectError:
+        status = self.refused.status_code
+        try:
+            phrase = http.HTTPStatus(status).phrase
+        except ValueError:
+            phrase = ""
+        body = self.body[:200].decode("utf-8", "replace").strip()
+        detail = f": {body}" if body else ""
+        return ConnectError(
+            f"WebSocket upgrade for {self.url} refused: HTTP {status} {phrase}{detail}"
+            " (is the path right? RabbitMQ's Web-STOMP listens on /ws)",
+            status_code=status,
+        )
+
+    def eof_error(self) -> ConnectError:
+        if self.refused is not None:  # refused, and closed before the end of the body
+            return self.refused_error()
+        return ConnectError(f"{self.url} closed the connection during the WebSocket upgrade")
+
+
+def _answer_close(conn: Any, event: Any) -> "tuple[bytes, Optional[str]]":
+    """The reply to a CloseConnection event, and the error it means (None for a clean close)."""
+    from wsproto.connection import ConnectionState
+    from wsproto.events import CloseConnection
+
+    state = conn.state
+    if state is ConnectionState.REMOTE_CLOSING:  # the broker closed: echo its code
+        reply = conn.send(event.response())
+        if event.code in _CLEAN_CLOSE:
+            return reply, None
+        reason = f" ({event.reason})" if event.reason else ""
+        return reply, f"WebSocket closed by the broker with code {event.code}{reason}"
+    if state is ConnectionState.OPEN:  # wsproto refused the broker's frames (invalid UTF-8...)
+        reply = conn.send(CloseConnection(code=event.code, reason=event.reason))
+        hint = ""
+        if event.code == 1007:  # RFC 6455: text messages must be UTF-8
+            hint = (
+                "; the broker sent a body that is not UTF-8 in a text message (RabbitMQ:"
+                " web_stomp.ws_frame = binary in rabbitmq.conf sends binary messages)"
+            )
+        return reply, f"invalid WebSocket data from the broker: {event.reason} (closed with code {event.code}){hint}"
+    return b"", None  # the answer to our own close frame
+
+
+# -- asyncio -------------------------------------------------------------------------------
+
+
+class WebSocketLayer:
+    """asyncio protocol of the socket and transport of the ``_Protocol`` above it."""
+
+    def __init__(self, inner: Any, ws: Any, request: bytes, url: str, loop: Any) -> None:
+        self._inner = inner
+        self._handshake: Optional[_Handshake] = _Handshake(ws, url)
+        self._request = request
+        self._conn: Any = None  # wsproto's Connection once the upgrade is accepted
+        self._raw: Any = None
+        self._closing = False  # we sent (or are about to send) a close frame
+        self._lost = False  # the inner protocol was told the connection ended
+        self.opened = loop.create_future()  # result: AcceptConnection; exception: ConnectError
+        self.closed = loop.create_future()  # the broker's close frame, or the socket's end
+        # a connect given up on (cancelled, timed out) must not leave "exception never retrieved"
+        self.opened.add_done_callback(lambda f: f.cancelled() or f.exception())
+        from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
+
+        self._BytesMessage, self._TextMessage, self._Ping, self._Close = BytesMessage, TextMessage, Ping, CloseConnection
+
+    # protocol side, called by the socket's transport
+
+    def connection_made(self, transport: Any) -> None:
+        self._raw = transport
+        transport.write(self._request)
+
+    def data_received(self, data: bytes) -> None:
+        conn = self._conn
+        if conn is None:
+            self._handshake_data(data)
+            return
+        if self._closing and conn.state.name == "CLOSED":
+            return  # bytes after the close handshake: nothing more to read
+        conn.receive_data(data)
+        self._process(conn.events())
+
+    def _handshake_data(self, data: bytes) -> None:
+        handshake = self._handshake
+        if handshake is None or self.opened.done():
+            return
+        try:
+            if not handshake.feed(data):
+                return
+        except ConnectError as exc:
+            self.opened.set_exception(exc)
+            self._raw.close()
+            return
+        self._handshake = None
+        self._conn = handshake.ws.connection
+        self.opened.set_result(handshake.accepted)
+        self._inner.connection_made(self)
+        self._process(self._conn.events())  # frames that came with the 101 response
+
+    def _process(self, events: Any) -> None:
+        BytesMessage, TextMessage = self._BytesMessage, self._TextMessage
+        inner = self._inner
+        for event in events:
+            kind = type(event)
+            if kind is BytesMessage:
+                if event.data and not self._lost:
+                    inner.data_received(bytes(event.data))
+            elif kind is TextMessage:
+                if event.data and not self._lost:
+                    inner.data_received(event.data.encode("utf-8"))
+            elif kind is self._Ping:
+                if not self._closing and not self._raw.is_closing():
+                    self._raw.write(self._conn.send(event.response()))
+            elif kind is self._Close:
+                self._on_close(event)
+                return
+
+    def _on_close(self, event: Any) -> None:
+        reply, error = _answer_close(self._conn, event)
+        if reply and not self._raw.is_closing():
+            self._raw.write(reply)
+        self._closing = True
+        if not self.closed.done():
+            self.closed.set_result(event)
+        if error is not None:
+            self._tell_lost(ConnectionError(error))
+        self._raw.close()
+
+    def _tell_lost(self, exc: Optional[BaseException]) -> None:
+        if not self._lost:
+            self._lost = True
+            self._inner.connection_lost(exc)
+
+    def eof_received(self) -> bool:
+        if self._conn is None:
+            if not self.opened.done():
+                self.opened.set_exception(self._handshake.eof_error())  # type: ignore[union-attr]
+            return False
+        return bool(self._inner.eof_received())
+
+    def connection_lost(self, exc: Optional[BaseException]) -> None:
+        if not self.opened.done():
+            self.opened.set_exception(
+                self._handshake.eof_error() if self._handshake is not None else ConnectError("connection lost")
+            )
+        if not self.closed.done():
+            self.closed.set_result(None)
+        if self._conn is not None:
+            self._tell_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    # transport side, called by AsyncioTransport and the _Protocol
+
+    def write(self, data: bytes) -> None:
+        if self._closing:
+            return
+        self._raw.write(self._conn.send(self._BytesMessage(data=data)))
+
+    def is_closing(self) -> bool:
+        return self._closing or self._raw.is_closing()
+
+    def start_close(self) -> None:
+        """Send our close frame (code 1000) unless a close is already under way."""
+        if not self._closing and self._conn is not None and not self._raw.is_closing():
+            self._closing = True
+            from wsproto.utilities import LocalProtocolError
+
+            try:
+                self._raw.write(self._conn.send(self._Close(code=1000)))
+            except LocalProtocolError:
+                pass
+        self._closing = True
+
+    def close(self) -> None:
+        self.start_close()
+        self._raw.close()
+
+    def pause_reading(self) -> None:
+        self._raw.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._raw.resume_reading()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._raw.get_extra_info(name, default)
+
+
+# -- anyio streams (trio) ------------------------------------------------------------------
+
+
+class WebSocketStream(ByteStream):
+    """An anyio byte stream of STOMP bytes over a WebSocket on ``stream``."""
+
+    def __init__(self, stream: ByteStream, conn: Any, url: str) -> None:
+        from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
+
+        self._BytesMessage, self._TextMessage, self._Ping, self._Close = BytesMessage, TextMessage, Ping, CloseConnection
+        self._stream = stream
+        self._conn = conn
+        self.url = url
+        self._pending: List[bytes] = []
+        self._eof = False
+        self._error: Optional[str] = None
+        self._send_lock = anyio.Lock()
+        self._receiving = False
+        self._closed = False
+
+    @classmethod
+    async def connect(
+        cls, stream: ByteStream, host: str, port: int, path: str, protocols: List[str], tls: bool
+    ) -> "WebSocketStream":
+        """Upgrade ``stream``; raises ConnectError when the server refuses."""
+        url = _url(host, port, path, tls)
+        ws, request = _request(host, port, path, protocols, tls)
+        handshake = _Handshake(ws, url)
+        await stream.send(request)
+        while True:
+            try:
+                data = await stream.receive(65536)
+            except anyio.EndOfStream:
+                raise handshake.eof_error() from None
+            if handshake.feed(data):
+                break
+        self = cls(stream, ws.connection, url)
+        self.subprotocol = handshake.accepted.subprotocol
+        self._handle(list(ws.connection.events()))
+        return self
+
+    def _handle(self, events: List[Any]) -> List[bytes]:
+        """Sort events: payload kept in ``_pending``; returns the pongs to send."""
+        replies = []
+        for event in events:
+            kind = type(event)
+            if kind is self._BytesMessage:
+                if event.data:
+                    self._pending.append(bytes(event.data))
+            elif kind is self._TextMessage:
+                if event.data:
+                    self._pending.append(event.data.encode("utf-8"))
+            elif kind is self._Ping:
+                if self._conn.state.name == "OPEN":
+                    replies.append(self._conn.send(event.response()))
+            elif kind is self._Close:
+                reply, self._error = _answer_close(self._conn, event)
+                if reply:
+                    replies.append(reply)
+                self._eof = True
+                break
+        return replies
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        while not self._pending:
+            if self._eof:
+                if self._error is not None:
+                    raise anyio.BrokenResourceError(self._error)
+                raise anyio.EndOfStream
+            self._receiving = True
+            try:
+                data = await self._stream.receive(max_bytes)
+            finally:
+                self._receiving = False
+            self._conn.receive_data(data)
+            for reply in self._handle(list(self._conn.events())):
+                await self._send_raw(reply)
+        pending = self._pending
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        pending.clear()
+        return data
+
+    async def _send_raw(self, data: bytes) -> None:
+        async with self._send_lock:
+            await self._stream.send(data)
+
+    async def send(self, item: bytes) -> None:
+        if self._conn.state.name != "OPEN":
+            raise anyio.BrokenResourceError(self._error or "the WebSocket is closed")
+        await self._send_raw(self._conn.send(self._BytesMessage(data=item)))
+
+    async def send_eof(self) -> None:
+        raise NotImplementedError("a WebSocket cannot be half-closed")
+
+    async def aclose(self) -> None:
+        """Close handshake (bounded by CLOSE_TIMEOUT), then close the stream."""
+        from wsproto.utilities import LocalProtocolError
+
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            with anyio.move_on_after(CLOSE_TIMEOUT, shield=True):
+                if self._conn.state.name == "OPEN":
+                    await self._send_raw(self._conn.send(self._Close(code=1000)))
+                # wait for the broker's answer, unless another task is reading
+                while not self._eof and not self._receiving and self._conn.state.name == "LOCAL_CLOSING":
+                    data = await self._stream.receive(65536)
+                    self._conn.receive_data(data)
+                    self._handle(list(self._conn.events()))
+        except (
+            OSError,
+            anyio.EndOfStream,
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+            anyio.BusyResourceError,  # a reader task still unwinding: no polite close then
+            LocalProtocolError,  # wsproto: the WebSocket is closed already
+        ):
+            pass
+        finally:
+            await self._stream.aclose()
+
+    @property
+    def extra_attributes(self) -> Any:
+        return self._stream.extra_attributes

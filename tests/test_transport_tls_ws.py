@@ -1,0 +1,353 @@
+"""TLS and STOMP over WebSocket, hermetic: the in-process broker behind TLS and behind a wsproto bridge.
+
+Certificates come from trustme (a throwaway CA per session). Every test runs on
+asyncio, asyncio+uvloop and trio. The same features against real RabbitMQ are in
+tests/integration/test_tls_ws.py.
+"""
+
+from __future__ import annotations
+
+import ssl
+import sys
+
+import anyio
+import pytest
+import trustme
+
+from stompfast import (
+    AsyncClient,
+    ConfigurationError,
+    ConnectError,
+    ConnectionLostError,
+    ConnectTimeout,
+    TLSError,
+)
+from stompfast._config import parse_url
+from stompfast._websocket import subprotocols
+from stompfast.testing import Broker
+
+sys.path.insert(0, __import__("os").path.dirname(__file__))
+from wsbridge import WSBridge  # noqa: E402
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+
+WAIT = 5
+
+
+@pytest.fixture(scope="session")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture(scope="session")
+def server_ctx(ca: trustme.CA) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1", "localhost").configure_cert(ctx)
+    return ctx
+
+
+@pytest.fixture(scope="session")
+def client_ctx(ca: trustme.CA) -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    return ctx
+
+
+async def round_trip(client: AsyncClient, size: int = 10) -> None:
+    body = bytes(range(256)) * (size // 256) + b"\x00" * (size % 256)
+    async with client.subscribe("/queue/tls-ws", ack="client-individual") as sub:
+        await client.send("/queue/tls-ws", body, receipt=True)
+        with anyio.fail_after(WAIT):
+            message = await sub.receive()
+        assert message.body == body
+        await message.ack(receipt=True)
+
+
+# -- configuration -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url, scheme, port, vhost, path",
+    [
+        ("stomp+ssl://h", "ssl", 61614, "/", "/"),
+        ("stomp+tls://h:1/vh", "ssl", 1, "vh", "/"),
+        ("ssl://h:61612", "ssl", 61612, "/", "/"),
+        ("SSL://h:61612", "ssl", 61612, "/", "/"),
+        ("ws://guest:guest@127.0.0.1:15674/ws", "ws", 15674, "/", "/ws"),
+        ("ws://h", "ws", 80, "/", "/"),
+        ("wss://h/stomp%20x?a=1", "wss", 443, "/", "/stomp%20x?a=1"),
+    ],
+)
+def test_url_schemes(url, scheme, port, vhost, path):
+    ep = parse_url(url)
+    assert (ep.scheme, ep.port, ep.virtual_host, ep.path) == (scheme, port, vhost, path)
+    assert ep.tls == (scheme in ("ssl", "wss"))
+    assert "guest:guest" not in repr(ep)
+
+
+def test_subprotocols_follow_the_offered_versions():
+    assert subprotocols(("1.0", "1.1", "1.2")) == ["v12.stomp", "v11.stomp", "v10.stomp"]
+    assert subprotocols(("1.1",)) == ["v11.stomp"]
+    client = AsyncClient("ws://h/ws", versions=("1.0", "1.2"))
+    assert subprotocols(client._protocol.versions) == ["v12.stomp", "v10.stomp"]
+
+
+def _tls(client):
+    return client._tls(client.endpoint)
+
+
+def test_tls_options_are_checked_before_any_io():
+    with pytest.raises(ConfigurationError, match="server_hostname"):
+        AsyncClient("stomp://h", server_hostname="x")
+    with pytest.raises(ConfigurationError, match="ssl must be"):
+        AsyncClient("stomp://h", ssl="yes")
+    assert _tls(AsyncClient("stomp+ssl://h", ssl=False)) is False
+    assert _tls(AsyncClient("stomp://h", ssl=True)) is True
+    assert _tls(AsyncClient("ssl://h")) is True
+    assert _tls(AsyncClient("wss://h")) is True
+
+
+def test_websocket_without_wsproto_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "wsproto", None)  # import fails
+    with pytest.raises(ConfigurationError, match=r"stompfast\[ws\]"):
+        AsyncClient("ws://127.0.0.1:15674/ws")
+    AsyncClient("stomp://127.0.0.1")  # TCP does not need it
+
+
+# -- TLS -----------------------------------------------------------------------------------
+
+
+async def test_tls_round_trip(server_ctx, client_ctx):
+    async with Broker(ssl_context=server_ctx) as broker:
+        assert broker.url.startswith("stomp+ssl://")
+        async with AsyncClient(broker.url, ssl=client_ctx, heart_beat=(0, 0)) as client:
+            assert client.version == "1.2"
+            await round_trip(client, 300_000)
+
+
+async def test_ssl_keyword_turns_tls_on_for_a_stomp_url(server_ctx, client_ctx):
+    async with Broker(ssl_context=server_ctx) as broker:
+        async with AsyncClient(f"stomp://127.0.0.1:{broker.port}", ssl=client_ctx, heart_beat=(0, 0)) as client:
+            await round_trip(client)
+
+
+async def test_default_context_refuses_a_private_ca(server_ctx):
+    async with Broker(ssl_context=server_ctx) as broker:
+        with pytest.raises(TLSError) as info:
+            await AsyncClient(broker.url, heart_beat=(0, 0)).__aenter__()
+        err = info.value
+        assert isinstance(err, ConnectError)
+        assert "issuer" in err.verify_message and "issuer" in str(err)
+        assert err.reason == "CERTIFICATE_VERIFY_FAILED"
+        assert isinstance(err.__cause__, ssl.SSLCertVerificationError)
+        await broker.wait_for(lambda: broker.stats.tls_handshakes_failed == 1)
+        assert broker.stats.connections_accepted == 0
+
+
+async def test_a_context_trusting_another_ca_is_refused(server_ctx):
+    other = ssl.create_default_context()
+    trustme.CA().configure_trust(other)
+    async with Broker(ssl_context=server_ctx) as broker:
+        with pytest.raises(TLSError, match="certificate was refused"):
+            async with AsyncClient(broker.url, ssl=other, heart_beat=(0, 0)):
+                pass
+
+
+async def test_host_name_mismatch_is_refused(server_ctx, client_ctx):
+    async with Broker(ssl_context=server_ctx) as broker:
+        with pytest.raises(TLSError) as info:
+            async with AsyncClient(broker.url, ssl=client_ctx, server_hostname="wrong.example", heart_beat=(0, 0)):
+                pass
+        assert "wrong.example" in info.value.verify_message
+        assert "server_hostname" in str(info.value)
+
+
+async def test_server_hostname_is_sent_as_sni_and_checked(ca, client_ctx):
+    seen = []
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("broker.example").configure_cert(ctx)  # not valid for 127.0.0.1
+    ctx.sni_callback = lambda sock, name, _ctx: seen.append(name)
+    async with Broker(ssl_context=ctx) as broker:
+        async with AsyncClient(broker.url, ssl=client_ctx, server_hostname="broker.example", heart_beat=(0, 0)) as c:
+            await round_trip(c)
+        with pytest.raises(TLSError, match="mismatch"):
+            async with AsyncClient(broker.url, ssl=client_ctx, heart_beat=(0, 0)):
+                pass
+    assert seen[0] == "broker.example"
+
+
+async def test_client_certificate(ca, server_ctx, client_ctx):
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(ctx)
+    ca.configure_trust(ctx)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    mine = ssl.create_default_context()
+    ca.configure_trust(mine)
+    ca.issue_cert("client@example").configure_cert(mine)  # ctx.load_cert_chain(certfile, keyfile)
+    async with Broker(ssl_context=ctx) as broker:
+        async with AsyncClient(broker.url, ssl=mine, heart_beat=(0, 0)) as client:
+            await round_trip(client)
+        # without one the broker ends the session (TLS 1.3: seen after the handshake, on the
+        # first read: an alert (TLSError) or a bare close (ConnectError), depending on the loop)
+        with pytest.raises(ConnectError, match="client certificate"):
+            async with AsyncClient(broker.url, ssl=client_ctx, heart_beat=(0, 0)):
+                pass
+
+
+async def test_tls_client_on_a_plain_port(client_ctx):
+    async with Broker() as broker:
+        with pytest.raises(TLSError, match="TLS port"):
+            async with AsyncClient(broker.url, ssl=client_ctx, heart_beat=(0, 0), connect_timeout=5):
+                pass
+
+
+async def test_plain_client_on_a_tls_port(server_ctx):
+    async with Broker(ssl_context=server_ctx) as broker:
+        with pytest.raises(ConnectError) as info:
+            async with AsyncClient(broker.url, ssl=False, heart_beat=(0, 0), connect_timeout=5):
+                pass
+        assert not isinstance(info.value, TLSError)
+
+
+async def test_a_silent_tls_server_times_out_and_cancellation_is_not_wrapped(client_ctx):
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        accepted = []
+
+        async def hold(stream):
+            accepted.append(stream)
+            await anyio.sleep_forever()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, hold)
+            with pytest.raises(ConnectTimeout):
+                async with AsyncClient(f"stomp+ssl://127.0.0.1:{port}", ssl=client_ctx, connect_timeout=0.3):
+                    pass
+            with anyio.move_on_after(0.3) as scope:
+                async with AsyncClient(f"stomp+ssl://127.0.0.1:{port}", ssl=client_ctx, connect_timeout=10):
+                    pass
+            assert scope.cancelled_caught
+            tg.cancel_scope.cancel()
+
+
+# -- WebSocket -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", [False, True], ids=["binary", "text"])
+async def test_ws_round_trip(text):
+    async with Broker(heart_beat=(0, 0)) as broker, WSBridge(broker, text=text) as bridge:
+        async with AsyncClient(bridge.url(), heart_beat=(0, 0)) as client:
+            assert client.version == "1.2"
+            await round_trip(client, 1 << 20)
+            body = "ünïcode ✓ " * 1000
+            async with client.subscribe("/queue/text") as sub:
+                await client.send("/queue/text", body, receipt=True)
+                with anyio.fail_after(WAIT):
+                    assert (await sub.receive()).text == body
+        request = bridge.requests[0]
+        assert request.subprotocols == ["v12.stomp", "v11.stomp", "v10.stomp"]
+        assert request.target == "/ws"
+        assert request.host == f"127.0.0.1:{bridge.port}"
+        assert {kind for kind, _ in bridge.client_messages} == {"bytes"}
+        # the close handshake: our close frame (1000), answered
+        await broker.wait_for(lambda: bridge.closed_connections == 1)
+        assert bridge.client_close_codes == [1000]
+        connect = [f for f in broker.received if f.command == "CONNECT"][0]
+        assert connect.headers["host"] == "/"  # the URL path is not the virtual host
+
+
+@pytest.mark.parametrize("split, fragment", [(13, None), (None, 7), (5, 3), (1, None)])
+async def test_ws_messages_split_and_fragmented(split, fragment):
+    async with Broker(heart_beat=(0, 0)) as broker, WSBridge(broker, split=split, fragment=fragment) as bridge:
+        async with AsyncClient(bridge.url(), heart_beat=(0, 0)) as client:
+            size = 2000 if split == 1 else 70_000
+            await round_trip(client, size)
+            # several frames per WebSocket message: the bridge relays whole broker reads
+            async with client.subscribe("/queue/many") as sub:
+                for i in range(20):
+                    await client.send("/queue/many", b"m%d" % i)
+                await client.flush()
+                with anyio.fail_after(WAIT):
+                    assert [(await sub.receive()).body for _ in range(20)] == [b"m%d" % i for i in range(20)]
+
+
+async def test_ws_versions_offer_only_their_subprotocols():
+    async with Broker(heart_beat=(0, 0)) as broker, WSBridge(broker) as bridge:
+        async with AsyncClient(bridge.url(), versions=("1.1",), heart_beat=(0, 0)) as client:
+            assert client.version == "1.1"
+        assert bridge.requests[0].subprotocols == ["v11.stomp"]
+
+
+async def test_ws_virtual_host_keyword():
+    async with Broker(heart_beat=(0, 0)) as broker, WSBridge(broker) as bridge:
+        async with AsyncClient(bridge.url(), virtual_host="vh1", heart_beat=(0, 0)):
+            pass
+        assert [f for f in broker.received if f.command == "CONNECT"][0].headers["host"] == "vh1"
+
+
+async def test_ws_pings_are_answered_and_heart_beats_flow():
+    async with Broker(heart_beat=(100, 100)) as broker, WSBridge(broker, ping_every=0.05) as bridge:
+        async with AsyncClient(bridge.url(), heart_beat=(100, 100)) as client:
+            await broker.wait_for(lambda: len(bridge.pongs) >= 5 and broker.stats.heartbeats_in >= 2)
+            assert client.is_connected
+            await round_trip(client)
+        assert bridge.pongs == bridge.pings_sent[: len(bridge.pongs)]
+
+
+@pytest.mark.parametrize("status", [404, 401])
+async def test_ws_upgrade_refused(status):
+    async with Broker(heart_beat=(0, 0)) as broker, WSBridge(broker, refuse=status) as bridge:
+        with pytest.raises(ConnectError) as info:
+            async with AsyncClient(bridge.url(), heart_beat=(0, 0)):
+                pass
+        assert info.value.status_code == status
+        assert f"HTTP {status}" in str(info.value)
+        assert "no WebSocket endpoint here" in str(info.value)
+
+
+async def test_ws_wrong_path_is_a_404():
+    async with Broker(heart_beat=(0, 0)) as broker, WSBridge(broker) as bridge:
+        with pytest.raises(ConnectError, match="HTTP 404") as info:
+            async with AsyncClient(bridge.url("/nope"), heart_beat=(0, 0)):
+                pass
+        assert info.value.status_code == 404
+
+
+async def test_ws_close_from_the_broker_with_an_error_code():
+    async with Broker(heart_beat=(0, 0)) as broker, WSBridge(broker) as bridge:
+        async with AsyncClient(bridge.url(), heart_beat=(0, 0), reconnect=False) as client:
+            async with client.subscribe("/queue/x") as sub:
+                bridge.close_all(1011, "going wrong")
+                with pytest.raises(ConnectionLostError, match="1011"):
+                    with anyio.fail_after(WAIT):
+                        await sub.receive()
+            assert "going wrong" in str(client.error)
+
+
+async def test_ws_clean_close_from_the_broker_is_a_lost_connection():
+    async with Broker(heart_beat=(0, 0)) as broker, WSBridge(broker) as bridge:
+        async with AsyncClient(bridge.url(), heart_beat=(0, 0), reconnect=False) as client:
+            async with client.subscribe("/queue/x") as sub:
+                bridge.close_all(1000)
+                with pytest.raises(ConnectionLostError, match="closed the connection"):
+                    with anyio.fail_after(WAIT):
+                        await sub.receive()
+
+
+async def test_ws_connection_refused():
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    with pytest.raises(ConnectError, match="could not connect"):
+        async with AsyncClient(f"ws://127.0.0.1:{port}/ws"):
+            pass
+
+
+async def test_wss_round_trip(server_ctx, client_ctx):
+    async with Broker(heart_beat=(0, 0)) as broker, WSBridge(broker, ssl_context=server_ctx) as bridge:
+        assert bridge.url().startswith("wss://")
+        async with AsyncClient(bridge.url(), ssl=client_ctx, heart_beat=(0, 0)) as client:
+            await round_trip(client, 200_000)
+        assert bridge.requests[0].host == f"127.0.0.1:{bridge.port}"
+        with pytest.raises(TLSError):
+            async with AsyncClient(bridge.url(), heart_beat=(0, 0)):
+                pass
