@@ -57,6 +57,7 @@ COMMANDS: list[str] = [
     "stompfast.cli:add_send_command",
     "stompfast.cli:add_listen_command",
     "stompfast.cli:add_broker_command",
+    "stompfast.loadgen:add_bench_command",
 ]
 
 
@@ -361,7 +362,7 @@ def _plural(n: int, word: str) -> str:
 def _size(n: int) -> str:
     if n < 1024:
         return _plural(n, "byte")
-    for unit in ("KiB", "MiB", "GiB"):
+    for unit in ("KiB", "MiB", "GiB"):  # noqa: B007  (the unit reached is used below)
         n /= 1024  # type: ignore[assignment]
         if n < 1024:
             break
