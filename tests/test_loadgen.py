@@ -325,3 +325,23 @@ def test_warmup_argument() -> None:
     assert loadgen._warmup("2.5s") == (2.5, 0)
     assert loadgen._warmup("1000msgs") == (0.0, 1000)
     assert loadgen._warmup("10messages") == (0.0, 10)
+
+
+def test_inlined_histogram_index_matches_hdrhistogram() -> None:
+    """Consumers count latencies by HdrHistogram's own bucket index and fold them once per interval."""
+    import random
+
+    rng = random.Random(7)
+    values = [0, 1, 2, 1023, 1024, 2047, 2048, 2049, 4095, 4096, 10**6, loadgen.MAX_LATENCY_US]
+    values += [rng.randint(0, loadgen.MAX_LATENCY_US) for _ in range(5000)]
+    values += [int(rng.lognormvariate(7, 2)) % loadgen.MAX_LATENCY_US for _ in range(5000)]
+    reference = loadgen._new_histogram()
+    counts = [0] * loadgen.COUNTS_LEN
+    for value in values:
+        assert reference.record_value(value)
+        counts[loadgen.latency_index(value)] += 1
+    folded = loadgen._fold(counts)
+    assert folded.get_total_count() == reference.get_total_count() == len(values)
+    for p in (0, 1, 50, 90, 99, 99.9, 99.99, 100):
+        assert folded.get_value_at_percentile(p) == reference.get_value_at_percentile(p)
+    assert folded.get_max_value() == reference.get_max_value()
