@@ -78,9 +78,11 @@ __all__ = [
     "LoadResult",
     "Progress",
     "add_bench_command",
+    "is_fanout",
     "run",
     "run_bench",
     "run_load",
+    "write_plot",
 ]
 
 HDR_HINT = "stompfast bench needs hdrhistogram: pip install 'stompfast[loadgen]' (or pip install hdrhistogram)"
