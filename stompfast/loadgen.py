@@ -1188,6 +1188,8 @@ async def _drive(
     state: Dict[str, Any] = {"timeline": timeline}
     # 1. every worker connected and subscribed
     deadline = time.monotonic() + 2 * config.connect_timeout + 60
+    if progress is not None:
+        progress(Progress("connecting", 0.0, target_rate=config.rate))
     while not all(v.ready is not None for v in views):
         for view in views:
             _receive(view, timeline)
@@ -1196,8 +1198,6 @@ async def _drive(
                 raise RuntimeError(f"load generator worker {view.spec.worker} ended before it was ready")
         if time.monotonic() > deadline:
             raise TimeoutError("the load generator's workers did not get ready in time")
-        if progress is not None:
-            progress(Progress("connecting", 0.0, target_rate=config.rate))
         await anyio.sleep(0.005)
     # 2. go: a start time a little ahead, the same for every worker
     lead = 0.005 if len(views) == 1 and isinstance(views[0].link, _LocalLink) else 0.05
@@ -1896,7 +1896,7 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
 
     latest: List[Progress] = [Progress("connecting", 0.0)]
     plain = not args.quiet and status.console is None
-    printed = [-1.0]
+    printed = [0.0]  # the first line after a second
 
     def on_progress(p: Progress) -> None:
         latest[0] = p
