@@ -1548,11 +1548,21 @@ def write_plot(result: LoadResult, path: str) -> None:
     except ImportError as exc:
         raise ImportError(PLOT_HINT) from exc
     rows = result.timeline
-    t = [row["t"] for row in rows]
+
+    def steps(pairs: List[Tuple[Dict[str, Any], float]]) -> Tuple[List[float], List[float]]:
+        # one step per interval, drawn over the interval's whole width (the last may be short)
+        xs = [row["t"] for row, _ in pairs]
+        ys = [y for _, y in pairs]
+        if pairs:
+            xs.append(pairs[-1][0]["t"] + pairs[-1][0]["seconds"])
+            ys.append(ys[-1])
+        return xs, ys
+
     fig = Figure(figsize=(10, 7), layout="constrained")
     top, bottom = fig.subplots(2, 1, sharex=True)
-    top.plot(t, [row["send_rate"] for row in rows], label="sent/s", drawstyle="steps-post")
-    top.plot(t, [row["receive_rate"] for row in rows], label="received/s", drawstyle="steps-post")
+    top.plot(*steps([(row, row["send_rate"]) for row in rows]), label="sent/s", drawstyle="steps-post",
+             linewidth=3, alpha=0.6)
+    top.plot(*steps([(row, row["receive_rate"]) for row in rows]), label="received/s", drawstyle="steps-post")
     if result.config.rate:
         top.axhline(result.config.rate, linestyle=":", color="grey", label="target rate")
     top.set_ylabel("messages per second")
@@ -1560,10 +1570,9 @@ def write_plot(result: LoadResult, path: str) -> None:
     top.grid(True, alpha=0.3)
     top.legend(loc="lower right")
     for key, style in (("p50", "-"), ("p99", "--"), ("max", ":")):
-        points = [(row["t"], row["latency_us"][key] / 1000) for row in rows if row["latency_us"]]
+        points = [(row, row["latency_us"][key] / 1000) for row in rows if row["latency_us"]]
         if points:
-            xs, ys = zip(*points)
-            bottom.plot(xs, ys, style, label=key, drawstyle="steps-post")
+            bottom.plot(*steps(points), style, label=key, drawstyle="steps-post")
     bottom.set_yscale("log")
     bottom.set_ylabel("end-to-end latency (ms)")
     bottom.set_xlabel("seconds since the producers started")
