@@ -1,12 +1,12 @@
-"""The ``stompfast`` command: send, listen (alias subscribe) and broker.
+"""The ``stompfast`` command: send, listen (alias subscribe), broker and bench.
 
 Theory of operation
 -------------------
 ``main()`` builds an :mod:`argparse` parser from :data:`COMMANDS`, a list of
 ``"module:function"`` names; each function adds one subcommand to the parser and
 sets its ``run`` callable. A subcommand that lives in a module of its own (the
-load generator's ``bench``, later) is therefore one more line in that list, and
-its module is imported only when the parser is built.
+load generator's ``bench``, in :mod:`stompfast.loadgen`) is therefore one more line
+in that list, and its module is imported only when the parser is built.
 
 Client subcommands run on :class:`~stompfast.AsyncClient` under ``anyio.run``
 (asyncio). Data (message bodies, JSON lines, the broker's URL) goes to stdout;
@@ -57,6 +57,7 @@ COMMANDS: list[str] = [
     "stompfast.cli:add_send_command",
     "stompfast.cli:add_listen_command",
     "stompfast.cli:add_broker_command",
+    "stompfast.loadgen:add_bench_command",
 ]
 
 
@@ -792,6 +793,7 @@ examples:
   stompfast broker --port 0 &                  # a test broker; prints its URL
   stompfast send /queue/demo 'hello'
   stompfast listen /queue/demo --count 1 --json
+  stompfast bench                              # load test against an in-process broker
 
 'stompfast COMMAND --help' shows each command's options and examples.
 Docs: https://github.com/stompfast/stompfast/blob/main/docs/cli.md

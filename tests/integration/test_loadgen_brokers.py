@@ -1,0 +1,105 @@
+"""The load generator against real brokers: RabbitMQ (rabbitmq_stomp) and ActiveMQ Classic.
+
+Counting must be exact on a real broker too: every message sent is received once from
+a queue (once per consumer from a topic), with receipts and each ack mode,
+transactions, several connections and worker processes. Each test uses a fresh queue,
+so leftovers of other runs never mix in (they would show as ``unexpected``). A broker
+that does not answer is skipped, or fails with ``STOMPFAST_REQUIRE_BROKERS=1``
+(conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from stompfast import loadgen
+from stompfast.loadgen import LoadConfig, LoadResult, run_load
+
+pytest.importorskip("hdrh", reason="the loadgen tests need hdrhistogram (pip install -e '.[test]')")
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+N = 3000
+
+
+def config(url: str, **kwargs) -> LoadConfig:
+    kwargs.setdefault("destinations", (f"/queue/stompfast-lg-{uuid.uuid4().hex[:12]}",))
+    kwargs.setdefault("count", N)
+    kwargs.setdefault("drain_timeout", 10.0)
+    return LoadConfig(url=url, **kwargs)
+
+
+def assert_exact(result: LoadResult, sent: int, copies: int = 1) -> None:
+    c = result.counts
+    assert result.ok, (result.problems, result.errors)
+    assert c["sent"] == sent and c["expected"] == sent * copies
+    assert c["received"] == c["distinct"] == sent * copies
+    assert c["duplicates"] == c["missing"] == c["unexpected"] == c["errors"] == 0
+    assert result.latency_us is not None and result.latency_us["count"] == sent * copies
+    assert not result.broker["in_process"] and result.broker["server"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("ack", ["auto", "client", "client-individual"])
+async def test_queue_counts_exactly_with_receipts(broker_url: str, ack: str) -> None:
+    result = await run_load(config(broker_url, producers=2, consumers=2, ack=ack, receipts=True,
+                                   receipt_window=200, buffer_size=200))
+    assert_exact(result, N)
+    assert result.counts["confirmed"] == N
+
+
+@pytest.mark.anyio
+async def test_queue_counts_exactly_without_receipts(broker_url: str) -> None:
+    result = await run_load(config(broker_url))
+    assert_exact(result, N)
+    assert result.rates["send_msgs_per_s"] and result.rates["receive_msgs_per_s"]
+
+
+@pytest.mark.anyio
+async def test_transactions(broker_url: str) -> None:
+    result = await run_load(config(broker_url, count=1001, transaction_size=10, receipts=True,
+                                   ack="client-individual"))
+    assert_exact(result, 1001)
+    assert result.counts["confirmed"] == 1001
+
+
+@pytest.mark.anyio
+async def test_topic_with_two_consumers_receives_twice(broker_url: str) -> None:
+    topic = f"/topic/stompfast-lg-{uuid.uuid4().hex[:12]}"
+    result = await run_load(config(broker_url, destinations=(topic,), consumers=2, receipts=True))
+    assert_exact(result, N, copies=2)
+
+
+@pytest.mark.anyio
+async def test_fixed_rate(broker_url: str) -> None:
+    result = await run_load(config(broker_url, rate=1000, duration=2, count=None))
+    assert_exact(result, 2000)
+    assert abs(result.rates["send_msgs_per_s"] - 1000) <= 50
+
+
+def test_process_mode(broker_url: str) -> None:
+    result = loadgen.run(config(broker_url, producers=2, consumers=2, processes=2, receipts=True,
+                                ack="client-individual"))
+    assert_exact(result, N)
+
+
+@pytest.mark.parametrize("broker", ["rabbitmq"], indirect=True)
+def test_bench_command_against_rabbitmq(broker_url: str) -> None:
+    """``stompfast bench`` as installed, against RabbitMQ, the URL and credentials from the environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STOMPFAST_")}
+    env["STOMPFAST_URL"] = broker_url
+    done = subprocess.run(
+        [sys.executable, "-m", "stompfast", "bench", "--count", "5000", "--receipts", "--json", "-q"],
+        stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    doc = json.loads(done.stdout)
+    assert doc["broker"]["server"].startswith("RabbitMQ")
+    assert doc["counts"]["received"] == doc["counts"]["confirmed"] == 5000
+    assert "guest:guest" not in done.stdout.decode()

@@ -1,0 +1,347 @@
+"""The load generator (stompfast.loadgen) and ``stompfast bench``, against the in-process broker.
+
+The library API runs on asyncio, asyncio+uvloop and trio (``anyio_backend``); with no
+URL it starts its own in-process broker in the test's event loop. Counting must be
+exact: every message sent is received once (twice on a topic with two consumers),
+whatever the receipts, ack mode, transactions or number of connections. Failures
+(a dropped connection, a foreign message) must show in the counts and the verdict.
+The command is run as installed (subprocesses) for the JSON, exit-code and
+process-mode checks. Real brokers: tests/integration/test_loadgen_brokers.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+
+import anyio
+import pytest
+
+from stompfast import cli, loadgen
+from stompfast.loadgen import LoadConfig, LoadResult, run_load
+from stompfast.testing import Broker
+
+pytest.importorskip("hdrh", reason="the loadgen tests need hdrhistogram (pip install -e '.[test]')")
+
+pytestmark = pytest.mark.timeout(120)
+
+N = 2000
+
+
+def _executable() -> str:
+    found = shutil.which("stompfast", path=os.path.dirname(sys.executable)) or shutil.which("stompfast")
+    if not found:
+        pytest.fail("the stompfast command is not installed: pip install -e '.[test]'")
+    return found
+
+
+def bench(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
+    """``stompfast bench ARGS`` as installed, without the caller's STOMPFAST_* variables."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STOMPFAST_")}
+    return subprocess.run(
+        [_executable(), "bench", *args], stdin=subprocess.DEVNULL, capture_output=True, env=env,
+        timeout=timeout, check=False,
+    )
+
+
+def assert_exact(result: LoadResult, sent: int, copies: int = 1) -> None:
+    c = result.counts
+    assert result.problems == [] and result.ok, result.problems
+    assert c["sent"] == sent
+    assert c["expected"] == sent * copies
+    assert c["received"] == c["distinct"] == sent * copies
+    assert c["duplicates"] == c["missing"] == c["unexpected"] == c["errors"] == 0
+    assert result.latency_us is not None
+    assert result.latency_us["count"] == sent * copies - c["warmup_received"]
+    assert 0 <= result.latency_us["p50"] <= result.latency_us["p99"] <= result.latency_us["max"]
+    assert sum(row["sent"] for row in result.timeline) == sent
+    assert sum(row["received"] for row in result.timeline) == sent * copies
+
+
+# -- the library API, every backend --------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("ack", ["auto", "client", "client-individual"])
+@pytest.mark.parametrize("receipts", [False, True], ids=["no-receipts", "receipts"])
+async def test_counts_exactly_per_ack_mode_and_receipts(ack: str, receipts: bool) -> None:
+    result = await run_load(LoadConfig(count=N, ack=ack, receipts=receipts, receipt_window=50, buffer_size=100))
+    assert_exact(result, N)
+    assert result.counts["confirmed"] == (N if receipts else 0)
+    assert result.broker["in_process"] and result.broker["stomp_version"] == "1.2"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("receipts", [False, True], ids=["no-receipts", "receipts"])
+async def test_transactions_count_exactly(receipts: bool) -> None:
+    # 2,001 is not a multiple of 7: the last transaction is a short one
+    result = await run_load(LoadConfig(count=2001, producers=2, transaction_size=7, receipts=receipts,
+                                       ack="client-individual"))
+    assert_exact(result, 2001)
+    assert result.counts["confirmed"] == (2001 if receipts else 0)
+
+
+@pytest.mark.anyio
+async def test_several_producers_consumers_and_destinations() -> None:
+    queues = ("/queue/lg-a", "/queue/lg-b")
+    result = await run_load(LoadConfig(count=3 * N + 1, producers=3, consumers=2, destinations=queues))
+    assert_exact(result, 3 * N + 1)
+    assert result.broker["destinations"] == list(queues)
+
+
+@pytest.mark.anyio
+async def test_a_topic_with_two_consumers_receives_everything_twice() -> None:
+    result = await run_load(LoadConfig(count=N, consumers=2, destinations=("/topic/lg-prices",)))
+    assert_exact(result, N, copies=2)
+
+
+@pytest.mark.anyio
+async def test_queue_and_topic_together() -> None:
+    # each producer alternates between the two: half the messages go to each
+    result = await run_load(LoadConfig(count=N, consumers=3, destinations=("/queue/lg-q", "/topic/lg-t")))
+    c = result.counts
+    assert result.ok, result.problems
+    assert c["expected"] == N // 2 + 3 * (N // 2) == c["received"] == c["distinct"]
+
+
+@pytest.mark.anyio
+async def test_warmup_is_counted_but_not_measured() -> None:
+    result = await run_load(LoadConfig(count=N, warmup_messages=500, size=10))
+    assert_exact(result, N)
+    c = result.counts
+    assert c["warmup_sent"] == c["warmup_received"] == 500
+    assert result.latency_us["count"] == N - 500
+
+
+@pytest.mark.anyio
+async def test_duration_limits_a_closed_loop_run() -> None:
+    result = await run_load(LoadConfig(duration=0.5, count=10_000_000, consumers=1))
+    assert result.ok, result.problems
+    assert 0 < result.counts["sent"] < 10_000_000
+    assert result.counts["received"] == result.counts["sent"]
+    assert result.rates["send_seconds"] < 5
+
+
+@pytest.mark.anyio
+async def test_fixed_rate_holds_its_schedule() -> None:
+    """2,000 msgs/s for 3 s: the achieved send rate is within 5% of the target.
+
+    The rate is measured on the send schedule (first to last measured send), and a
+    producer that falls behind catches up, so event-loop hiccups on a loaded machine
+    show as send lag and latency, not as a lower rate.
+    """
+    result = await run_load(LoadConfig(rate=2000, duration=3, count=None, producers=2))
+    assert_exact(result, 6000)
+    achieved = result.rates["send_msgs_per_s"]
+    assert abs(achieved - 2000) <= 100, achieved
+    assert result.rates["target_msgs_per_s"] == 2000
+    assert result.send_lag_us is not None and result.send_lag_us["count"] == 6000
+    # the intended times span 3 s, so the sends do too, give or take the last catch-up
+    assert 2.9 <= result.rates["send_seconds"] <= 3.2
+
+
+@pytest.mark.anyio
+async def test_a_dropped_connection_shows_as_errors_and_missing_messages() -> None:
+    async with Broker() as broker:
+
+        async def drop_later() -> None:
+            await anyio.sleep(0.6)
+            broker.drop_connections()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drop_later)
+            result = await run_load(LoadConfig(url=broker.url, rate=1000, duration=2, count=None,
+                                               heart_beat=(0, 0), drain_timeout=0.5))
+    c = result.counts
+    assert not result.ok
+    assert c["errors"] >= 1 and result.errors
+    assert c["sent"] < 2000  # the producer died with its connection
+    assert c["distinct"] + c["missing"] == c["expected"] == c["sent"]
+    assert any("error" in p for p in result.problems)
+
+
+@pytest.mark.anyio
+async def test_foreign_messages_are_reported_apart() -> None:
+    async with Broker() as broker:
+        broker.publish("/queue/lg-reused", b"left over", headers={"sf-producer": "someone-else.0", "sf-seq": "0"})
+        broker.publish("/queue/lg-reused", b"no headers at all")
+        result = await run_load(LoadConfig(url=broker.url, count=100, destinations=("/queue/lg-reused",)))
+    c = result.counts
+    assert c["unexpected"] == 2 and c["received"] == 102 and c["distinct"] == 100
+    assert c["missing"] == c["duplicates"] == 0
+    assert result.ok and any("not sent by this run" in w for w in result.warnings)
+
+
+@pytest.mark.anyio
+async def test_progress_is_reported() -> None:
+    seen = []
+    result = await run_load(LoadConfig(rate=1000, duration=1, count=None), progress=seen.append)
+    assert result.ok
+    assert {p.phase for p in seen} >= {"connecting", "running"}
+    assert max(p.sent for p in seen) == 1000 == seen[-1].sent
+    assert all(p.target_rate == 1000 for p in seen)
+
+
+@pytest.mark.anyio
+async def test_result_document_is_complete_json() -> None:
+    config = LoadConfig(count=500, passcode="hunter22", login="bob", rate=5000, warmup=0.01)
+    result = await run_load(config)
+    doc = json.loads(json.dumps(result.to_dict(), allow_nan=False))
+    assert doc["schema"] == "stompfast.loadgen/1" and doc["ok"] is True
+    for key in ("config", "broker", "counts", "rates", "latency_us", "send_lag_us", "timeline", "errors",
+                "versions", "machine", "problems", "warnings", "started_at", "elapsed_s"):
+        assert key in doc, key
+    assert "hunter22" not in json.dumps(doc)
+    assert doc["config"]["passcode_set"] is True and "passcode" not in doc["config"]
+    for key in ("p50", "p90", "p99", "p99.9", "max", "count", "mean"):
+        assert key in doc["latency_us"]
+    row = doc["timeline"][0]
+    for key in ("t", "seconds", "sent", "received", "confirmed", "errors", "send_rate", "receive_rate",
+                "latency_us"):
+        assert key in row
+    assert doc["versions"]["stompfast"] and doc["versions"]["backend"] in ("asyncio", "asyncio+uvloop", "trio")
+    assert doc["machine"]["cpus"] >= 1
+
+
+def test_configuration_is_checked_before_any_io() -> None:
+    for bad in (dict(producers=0), dict(ack="sometimes"), dict(rate=-1), dict(count=0), dict(size=-1),
+                dict(count=1, producers=2), dict(interval=0), dict(destinations=("",))):
+        with pytest.raises(ValueError):
+            LoadConfig(**bad).validate()
+    assert LoadConfig().limits() == (100_000, 10.0)
+    assert LoadConfig(count=5).limits() == (5, None)
+    assert LoadConfig(duration=2).limits() == (None, 2)
+
+
+def test_process_mode_counts_exactly() -> None:
+    """Two worker processes (spawned): counts and histograms merged exactly."""
+    result = loadgen.run(LoadConfig(count=4001, producers=2, consumers=3, processes=2,
+                                    destinations=("/queue/lg-proc", "/topic/lg-proc"), receipts=True))
+    # 2,001 messages to the queue (once each) and 2,000 to the topic (three copies each)
+    c = result.counts
+    assert result.ok, result.problems
+    assert c["sent"] == c["confirmed"] == 4001
+    assert c["expected"] == 2001 + 3 * 2000 == c["received"] == c["distinct"]
+    assert result.latency_us["count"] == c["received"]
+
+
+# -- the command --------------------------------------------------------------------------------
+
+
+def test_bench_json_as_installed_command() -> None:
+    done = bench("--count", "2000", "--json")
+    assert done.returncode == 0, done.stderr.decode()
+    doc = json.loads(done.stdout)  # nothing but the JSON document on stdout
+    assert doc["ok"] is True
+    assert doc["counts"]["sent"] == doc["counts"]["received"] == 2000
+    assert doc["broker"]["in_process"] is True
+    assert doc["config"]["count"] == 2000 and doc["config"]["url"] is None
+    assert doc["rates"]["send_msgs_per_s"] > 0 and doc["latency_us"]["p99"] > 0
+    assert "OK:" in done.stderr.decode()
+
+
+def test_bench_process_mode_as_installed_command() -> None:
+    done = bench("--count", "3000", "-p", "2", "-c", "2", "--processes", "2", "--ack", "client-individual",
+                 "--json", "-q")
+    assert done.returncode == 0, done.stderr.decode()
+    doc = json.loads(done.stdout)
+    assert doc["counts"]["received"] == doc["counts"]["distinct"] == 3000
+    assert doc["counts"]["duplicates"] == doc["counts"]["missing"] == 0
+    assert done.stderr == b""  # -q: nothing for a person
+
+
+def test_bench_table_and_plot(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "run.png"
+    done = bench("--rate", "3000", "--duration", "1.5", "--warmup", "0.2s", "--plot", str(png),
+                 "-d", "/topic/lg-plot", "-c", "2")
+    assert done.returncode == 0, done.stderr.decode()
+    table = done.stdout.decode()
+    for word in ("sent", "received", "duplicates / missing", "latency", "p99.9", "send lag"):
+        assert word in table
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_bench_usage_errors_exit_2(tmp_path) -> None:
+    body = tmp_path / "body.bin"
+    body.write_bytes(b"\x00\x01")
+    for args in (["--size", "10", "--body-file", str(body)], ["--warmup", "soon"], ["--loop", "gevent"],
+                 ["--count", "1", "-p", "2"], ["--rate", "0"]):
+        done = bench(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert b"Traceback" not in done.stderr
+
+
+def test_bench_refused_connection_exits_1_and_masks_the_passcode() -> None:
+    done = bench("--url", "stomp://bob:sup3rsecret@127.0.0.1:1/", "--count", "10", "--connect-timeout", "2")
+    assert done.returncode == 1
+    err = done.stderr.decode()
+    assert "sup3rsecret" not in err and "could not connect" in err and "Traceback" not in err
+
+
+def test_bench_exits_1_when_messages_are_lost(capsys: pytest.CaptureFixture[str]) -> None:
+    with Broker.in_thread() as broker:
+        timer = threading.Timer(0.7, broker.drop_connections)
+        timer.start()
+        try:
+            code = cli.main(["bench", "--url", broker.url, "--rate", "1000", "--duration", "2",
+                             "--drain-timeout", "0.5", "--heart-beat", "0,0", "--json", "--loop", "asyncio"])
+        finally:
+            timer.cancel()
+    out, err = capsys.readouterr()
+    assert code == 1
+    doc = json.loads(out)
+    assert doc["ok"] is False and doc["counts"]["errors"] >= 1
+    assert "FAILED" in err
+
+
+def test_bench_hints_at_the_extra_without_hdrhistogram() -> None:
+    code = (
+        "import sys; sys.modules['hdrh'] = None; sys.modules['hdrh.histogram'] = None\n"
+        "from stompfast.cli import main; sys.exit(main(['bench', '--count', '10']))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert "pip install 'stompfast[loadgen]'" in done.stderr.decode()
+
+
+def test_bench_is_one_line_in_the_command_list() -> None:
+    assert "stompfast.loadgen:add_bench_command" in cli.COMMANDS
+    text = cli.build_parser().format_help()
+    assert "bench" in text
+    sub = subprocess.run([_executable(), "bench", "--help"], capture_output=True, timeout=30, check=False)
+    help_text = sub.stdout.decode()
+    for word in ("--rate", "--receipt-window", "--transaction-size", "--processes", "--json", "--plot",
+                 "coordinated omission", "STOMPFAST_URL", "examples:"):
+        assert word in help_text, word
+
+
+def test_warmup_argument() -> None:
+    assert loadgen._warmup("5") == (5.0, 0)
+    assert loadgen._warmup("2.5s") == (2.5, 0)
+    assert loadgen._warmup("1000msgs") == (0.0, 1000)
+    assert loadgen._warmup("10messages") == (0.0, 10)
+
+
+def test_inlined_histogram_index_matches_hdrhistogram() -> None:
+    """Consumers count latencies by HdrHistogram's own bucket index and fold them once per interval."""
+    import random
+
+    rng = random.Random(7)
+    values = [0, 1, 2, 1023, 1024, 2047, 2048, 2049, 4095, 4096, 10**6, loadgen.MAX_LATENCY_US]
+    values += [rng.randint(0, loadgen.MAX_LATENCY_US) for _ in range(5000)]
+    values += [int(rng.lognormvariate(7, 2)) % loadgen.MAX_LATENCY_US for _ in range(5000)]
+    reference = loadgen._new_histogram()
+    counts = [0] * loadgen.COUNTS_LEN
+    for value in values:
+        assert reference.record_value(value)
+        counts[loadgen.latency_index(value)] += 1
+    folded = loadgen._fold(counts)
+    assert folded.get_total_count() == reference.get_total_count() == len(values)
+    for p in (0, 1, 50, 90, 99, 99.9, 99.99, 100):
+        assert folded.get_value_at_percentile(p) == reference.get_value_at_percentile(p)
+    assert folded.get_max_value() == reference.get_max_value()
