@@ -198,7 +198,7 @@ async def test_ws_many_frames_per_message(ws_url, queue):
 async def test_ws_text_frames_cannot_carry_bytes_that_are_not_utf8(ws_url, queue):
     # RabbitMQ's Web-STOMP sends text frames unless web_stomp.ws_frame = binary; RFC 6455
     # text must be UTF-8, so such a body ends the connection with a clear error (docs/tls.md)
-    async with AsyncClient(ws_url, heart_beat=(0, 0)) as c:
+    async with AsyncClient(ws_url, heart_beat=(0, 0), reconnect=False) as c:
         async with c.subscribe(queue) as sub:
             await c.send(queue, bytes(range(256)))
             with pytest.raises(ConnectionLostError, match="1007"):
