@@ -250,7 +250,12 @@ def _add_connection_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("connection options")
     group.add_argument(
         "--url", metavar="URL",
-        help=f"stomp://[LOGIN[:PASSCODE]@]HOST[:PORT][/VHOST] (env {ENV_URL}; default {DEFAULT_URL})",
+        help=f"stomp://[LOGIN[:PASSCODE]@]HOST[:PORT][/VHOST]; stomp+ssl:// for TLS, ws:// or wss:// for"
+        f" WebSocket (env {ENV_URL}; default {DEFAULT_URL})",
+    )
+    group.add_argument(
+        "--cafile", metavar="PEM",
+        help="TLS: trust the CA certificates in this file instead of the system's (certificates are verified)",
     )
     group.add_argument("--login", metavar="LOGIN", help=f"login (env {ENV_LOGIN})")
     group.add_argument(
@@ -317,6 +322,7 @@ class Connection:
                     return value
             return None
 
+        self.endpoint = ep  # its scheme chooses TCP, TLS (stomp+ssl://) or WebSocket (ws://)
         self.host = ep.host
         self.port = ep.port
         self.login = pick(args.login, flag_ep and flag_ep.login, ENV_LOGIN, env_ep and env_ep.login)
@@ -325,6 +331,9 @@ class Connection:
         self.versions = args.versions
         self.heart_beat = args.heart_beat
         self.connect_timeout = args.connect_timeout
+        self.cafile = getattr(args, "cafile", None)
+        if self.cafile is not None and not os.path.isfile(self.cafile):
+            raise UsageError(f"--cafile: no such file: {self.cafile}")
 
     @property
     def url(self) -> str:
@@ -337,9 +346,12 @@ class Connection:
         kwargs: dict[str, Any] = {}
         if self.versions:
             kwargs["versions"] = self.versions
+        if self.cafile is not None:
+            import ssl
+
+            kwargs["ssl"] = ssl.create_default_context(cafile=self.cafile)
         return AsyncClient(
-            host=self.host,
-            port=self.port,
+            self.endpoint,
             login=self.login,
             passcode=self.passcode,
             virtual_host=self.vhost,
@@ -853,7 +865,9 @@ def describe_error(exc: BaseException, url: str | None = None) -> tuple[int, str
         return EXIT_FAILURE, f"the broker{at} sent ERROR: {exc}"
     if isinstance(exc, ConnectError):
         hint = ""
-        if isinstance(exc.__cause__, ConnectionRefusedError) or "refused" in str(exc).lower():
+        if type(exc).__name__ == "TLSError":
+            hint = " (for a private CA: --cafile PEM)"
+        elif isinstance(exc.__cause__, ConnectionRefusedError) or "refused" in str(exc).lower():
             hint = " (is a STOMP broker listening there? 'stompfast broker' runs a test one)"
         return EXIT_FAILURE, f"{exc}{hint}"
     if isinstance(exc, StompError):

@@ -438,3 +438,25 @@ def _add_hello(subparsers) -> None:
 def test_a_subcommand_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli, "COMMANDS", [*cli.COMMANDS, f"{__name__}:_add_hello"])
     assert cli.main(["hello"]) == 7
+
+
+def _tls_url_and_ca() -> tuple[str, str]:
+    url, ca = os.environ.get("STOMPFAST_RABBITMQ_TLS_URL"), os.environ.get("STOMPFAST_TLS_CA")
+    if not url or not ca:
+        if os.environ.get("STOMPFAST_REQUIRE_BROKERS") == "1":
+            pytest.fail("STOMPFAST_RABBITMQ_TLS_URL/STOMPFAST_TLS_CA not set (eval \"$(scripts/brokers.sh env)\")")
+        pytest.skip("no RabbitMQ TLS listener (scripts/brokers.sh start; eval its env)")
+    return url, ca
+
+
+@pytest.mark.integration
+def test_round_trip_over_tls_and_a_refused_certificate_real_rabbitmq() -> None:
+    url, ca = _tls_url_and_ca()
+    queue = unique_queue()
+    assert run("send", "--url", url, "--cafile", ca, queue, "over tls", "-q").returncode == 0
+    got = run("listen", "--url", url, "--cafile", ca, queue, "--count", "1", "--timeout", "10")
+    assert got.returncode == 0 and got.stdout.decode().strip() == "over tls", got
+    # without --cafile the system store is used: the test CA is not in it
+    line = assert_one_line_error(run("send", "--url", url, queue, "x"), cli.EXIT_FAILURE)
+    assert "certificate" in line.lower(), line
+    assert "guest:guest@" not in line  # the passcode is masked
