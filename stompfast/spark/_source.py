@@ -381,6 +381,13 @@ class _WriterBase:
         return total
 
 
+#: Headers of a received MESSAGE that belong to that delivery, not to a message sent on:
+#: dropped from a row's ``headers`` so that a STOMP -> Spark -> STOMP pipeline can pass them through.
+DELIVERY_HEADERS = frozenset({
+    "destination", "message-id", "subscription", "ack", "content-length", "receipt", "receipt-id",
+    "transaction", "redelivered",
+})
+
 #: Rows handed to the event loop per crossing.
 _CHUNK = 256
 
@@ -430,7 +437,11 @@ def _send_rows(w: _WriterBase, rows: Iterator[Any], dedupe_prefix: str) -> Tuple
             if w.extra_headers or w.dedupe_header or (w.headers_col is not None and row[w.headers_col]):
                 headers = dict(w.extra_headers)
                 if w.headers_col is not None and row[w.headers_col]:
-                    headers.update({str(k): "" if v is None else str(v) for k, v in row[w.headers_col].items()})
+                    headers.update({
+                        str(k): "" if v is None else str(v)
+                        for k, v in row[w.headers_col].items()
+                        if str(k).lower() not in DELIVERY_HEADERS
+                    })
                 if w.dedupe_header:
                     headers[w.dedupe_header] = f"{dedupe_prefix}{index}"
             chunk.append((destination, body, headers))
