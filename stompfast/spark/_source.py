@@ -186,7 +186,7 @@ class _ReaderRuntime:
                     if taken or time.monotonic() >= deadline:
                         break
                     if self.failure is not None:
-                        raise self.failure
+                        raise self.failure from None
                     continue
             n = len(message.body)
             if taken and max_bytes is not None and size + n > max_bytes:
