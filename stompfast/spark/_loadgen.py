@@ -1,0 +1,235 @@
+"""``spark.read.format("stomp-loadgen")``: the load generator fanned out over a Spark cluster.
+
+One partition per worker; each runs :func:`stompfast.loadgen.run` (its producers and
+consumers, in the executor's Python worker) against the broker on a destination of its
+own (``<destinationPrefix>-<worker>``, so each worker's counts are exact) and returns
+one stats row with its HdrHistogram encoded. :func:`run_cluster_load` runs that on the
+driver and merges the rows: counts summed, histograms added (exact cluster-wide
+latency percentiles), throughput over the cluster's wall-clock span.
+
+Executors need ``stompfast[loadgen,spark]`` installed (hdrhistogram is how the
+histograms travel) and must reach the broker's URL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import time
+import uuid
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from ..errors import ConfigurationError
+from ._options import get_int
+
+__all__ = ["ClusterLoadResult", "LOADGEN_SCHEMA", "StompLoadgenDataSource", "run_cluster_load"]
+
+LOADGEN_SCHEMA = (
+    "worker INT, host STRING, destination STRING, ok BOOLEAN, problems STRING, "
+    "sent LONG, confirmed LONG, received LONG, distinct LONG, duplicates LONG, missing LONG, "
+    "unexpected LONG, errors LONG, send_msgs_per_s DOUBLE, receive_msgs_per_s DOUBLE, "
+    "started_ns LONG, finished_ns LONG, elapsed_s DOUBLE, latency_p50_us DOUBLE, latency_p99_us DOUBLE, "
+    "histogram STRING"
+)
+
+#: LoadConfig fields that cannot be given as options (the split ones are per cluster, see below).
+_NOT_OPTIONS = {"body", "headers", "processes", "destinations"}
+
+
+def _config_from_options(options: Dict[str, str]) -> Dict[str, Any]:
+    from ..loadgen import LoadConfig
+
+    lowered = {str(k).lower(): str(v) for k, v in options.items()}
+    values: Dict[str, Any] = {}
+    for field in dataclasses.fields(LoadConfig):
+        if field.name in _NOT_OPTIONS:
+            continue
+        camel = "".join(p if i == 0 else p.capitalize() for i, p in enumerate(field.name.split("_")))
+        text = lowered.get(field.name.lower(), lowered.get(camel.lower()))
+        if text is None:
+            continue
+        default = field.default
+        try:
+            if field.name in ("count", "warmup_messages", "producers", "consumers", "size", "receipt_window",
+                              "transaction_size", "buffer_size"):
+                values[field.name] = int(text)
+            elif field.name in ("duration", "rate", "warmup", "interval", "drain_timeout", "connect_timeout"):
+                values[field.name] = float(text)
+            elif field.name == "receipts":
+                values[field.name] = text.strip().lower() in ("true", "1", "yes", "on")
+            elif field.name == "heart_beat":
+                cx, cy = (int(x) for x in text.split(","))
+                values[field.name] = (cx, cy)
+            elif field.name == "versions":
+                values[field.name] = tuple(v.strip() for v in text.split(",") if v.strip())
+            elif isinstance(default, str) or default is None:
+                values[field.name] = text
+        except ValueError:
+            raise ConfigurationError(f"option {field.name!r}: cannot use {text!r}") from None
+    if not values.get("url"):
+        raise ConfigurationError("stomp-loadgen needs option 'url': every executor must reach the broker")
+    return values
+
+
+def _split(total: int, parts: int) -> List[int]:
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+class StompLoadgenDataSource(DataSource):
+    """``format("stomp-loadgen")``: one stats row per worker (option ``workers``, default 2).
+
+    Options are :class:`~stompfast.loadgen.LoadConfig` fields (``url``, ``count``,
+    ``duration``, ``size``, ``rate``, ``producers``, ``consumers``, ``receipts``, ``ack``,
+    ...; snake_case or camelCase). ``count`` and ``rate`` are totals for the cluster,
+    split over the workers; ``producers``/``consumers`` are per worker.
+    ``destinationPrefix`` names the queues (default ``/queue/stompfast-spark-<run>``).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "stomp-loadgen"
+
+    def schema(self) -> str:
+        return LOADGEN_SCHEMA
+
+    def reader(self, schema: StructType) -> "StompLoadgenReader":
+        return StompLoadgenReader(dict(self.options))
+
+
+class StompLoadgenReader(DataSourceReader):
+    def __init__(self, options: Dict[str, str]) -> None:
+        self.values = _config_from_options(options)
+        self.workers = get_int(options, "workers", 2) or 2
+        prefix = {str(k).lower(): v for k, v in options.items()}.get("destinationprefix")
+        self.prefix = prefix or f"/queue/stompfast-spark-{uuid.uuid4().hex[:10]}"
+        count = self.values.get("count")
+        if count is not None and count < self.workers:
+            raise ConfigurationError(f"count ({count}) must be at least the number of workers ({self.workers})")
+        from ..loadgen import LoadConfig
+
+        LoadConfig(**self._values_for(0)).validate()  # fail on the driver, before any task
+
+    def _values_for(self, worker: int) -> Dict[str, Any]:
+        values = dict(self.values)
+        if values.get("count") is not None:
+            values["count"] = _split(values["count"], self.workers)[worker]
+        if values.get("rate") is not None:
+            values["rate"] = values["rate"] / self.workers
+        values["destinations"] = (f"{self.prefix}-{worker}",)
+        values["processes"] = 1
+        return values
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [InputPartition(i) for i in range(self.workers)]
+
+    def read(self, partition: InputPartition) -> Iterator[Tuple]:
+        from ..loadgen import LoadConfig, run
+
+        worker = int(partition.value)
+        config = LoadConfig(**self._values_for(worker))
+        started = time.time_ns()
+        result = run(config)
+        finished = time.time_ns()
+        c = result.counts
+        lat = result.latency_us or {}
+        hist = result.histogram
+        encoded = hist.encode().decode("ascii") if hist is not None and hist.get_total_count() else None
+        yield (
+            worker, socket.gethostname(), config.destinations[0], bool(result.ok), "; ".join(result.problems),
+            c["sent"], c["confirmed"], c["received"], c["distinct"], c["duplicates"], c["missing"],
+            c["unexpected"], c["errors"], result.rates.get("send_msgs_per_s"), result.rates.get("receive_msgs_per_s"),
+            started, finished, result.elapsed, lat.get("p50"), lat.get("p99"), encoded,
+        )
+
+
+@dataclasses.dataclass
+class ClusterLoadResult:
+    """The merged outcome of :func:`run_cluster_load`.
+
+    ``counts``: sums over the workers. ``rates``: ``send``/``receive_msgs_per_s`` is
+    the sum of the workers' rates (they run at the same time), ``wall_msgs_per_s``
+    received messages over the span from the first worker's start to the last one's
+    end. ``latency_us``: percentiles of the merged histogram. ``rows``: the workers'.
+    """
+
+    ok: bool
+    problems: List[str]
+    counts: Dict[str, int]
+    rates: Dict[str, Optional[float]]
+    latency_us: Optional[Dict[str, float]]
+    rows: List[Dict[str, Any]]
+    histogram: Any = dataclasses.field(default=None, repr=False)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"ok": self.ok, "problems": self.problems, "counts": self.counts, "rates": self.rates,
+                "latency_us": self.latency_us,
+                "rows": [{k: v for k, v in r.items() if k != "histogram"} for r in self.rows]}
+
+
+def merge_rows(rows: Sequence[Dict[str, Any]]) -> ClusterLoadResult:
+    """Aggregate the stats rows of ``stomp-loadgen`` (dicts) into a :class:`ClusterLoadResult`."""
+    from ..loadgen import _histogram_class, _new_histogram, _percentiles
+
+    keys = ("sent", "confirmed", "received", "distinct", "duplicates", "missing", "unexpected", "errors")
+    counts = {k: int(sum(r[k] or 0 for r in rows)) for k in keys}
+    total = _new_histogram()
+    cls = _histogram_class()
+    for r in rows:
+        if r.get("histogram"):
+            total.add(cls.decode(r["histogram"].encode("ascii")))
+    problems = [f"worker {r['worker']}: {r['problems']}" for r in rows if r["problems"]]
+    starts = [r["started_ns"] for r in rows]
+    ends = [r["finished_ns"] for r in rows]
+    span = (max(ends) - min(starts)) / 1e9 if rows else 0.0
+
+    def total_rate(name: str) -> Optional[float]:
+        values = [r[name] for r in rows if r[name]]
+        return round(sum(values), 1) if values else None
+
+    rates = {
+        "send_msgs_per_s": total_rate("send_msgs_per_s"),
+        "receive_msgs_per_s": total_rate("receive_msgs_per_s"),
+        "wall_msgs_per_s": round(counts["received"] / span, 1) if span > 0 else None,
+        "wall_seconds": round(span, 3),
+    }
+    return ClusterLoadResult(
+        ok=bool(rows) and all(r["ok"] for r in rows), problems=problems, counts=counts, rates=rates,
+        latency_us=_percentiles(total), rows=[dict(r) for r in rows], histogram=total,
+    )
+
+
+def run_cluster_load(spark: Any, config: Any = None, *, workers: Optional[int] = None, **options: Any) -> ClusterLoadResult:
+    """Run the load generator on ``workers`` Spark tasks at once and merge their results.
+
+    ``config`` is a :class:`~stompfast.loadgen.LoadConfig` (its ``url`` is required;
+    ``count`` and ``rate`` are cluster totals) and/or ``options`` are the data source's
+    options. ``workers`` defaults to ``spark.sparkContext.defaultParallelism``.
+    """
+    from . import register
+
+    opts: Dict[str, str] = {}
+    if config is not None:
+        for field in dataclasses.fields(config):
+            value = getattr(config, field.name)
+            if field.name in _NOT_OPTIONS:
+                if field.name in ("body", "headers") and value:
+                    raise ConfigurationError(f"run_cluster_load cannot pass LoadConfig.{field.name}")
+                continue
+            if value is None:
+                continue
+            if isinstance(value, tuple):
+                value = ",".join(str(v) for v in value)
+            opts[field.name] = str(value).lower() if isinstance(value, bool) else str(value)
+        if config.destinations:
+            opts["destinationPrefix"] = config.destinations[0]
+    opts.update({k: str(v) for k, v in options.items()})
+    if workers is None:
+        workers = spark.sparkContext.defaultParallelism
+    opts["workers"] = str(workers)
+    register(spark)
+    rows = spark.read.format("stomp-loadgen").options(**opts).load().collect()
+    return merge_rows([r.asDict() for r in rows])
+

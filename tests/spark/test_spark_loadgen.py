@@ -1,0 +1,42 @@
+"""format("stomp-loadgen") / run_cluster_load: per-worker stats rows merged on the driver."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(120)]
+
+
+def test_loadgen_source_totals_match_the_broker(spark: Any, target: Any) -> None:
+    from stompfast.loadgen import LoadConfig
+    from stompfast.spark import run_cluster_load
+
+    n = 2000
+    prefix = target.queue()
+    before = target.broker.stats if target.broker is not None else None
+    result = run_cluster_load(spark, LoadConfig(url=target.url, count=n, receipts=True, drain_timeout=5.0,
+                                                destinations=(prefix,)), workers=2)
+    assert result.ok, result.problems
+    assert len(result.rows) == 2 and {r["worker"] for r in result.rows} == {0, 1}
+    c = result.counts
+    assert c["sent"] == c["confirmed"] == c["received"] == c["distinct"] == n
+    assert c["missing"] == c["duplicates"] == c["errors"] == 0
+    assert result.latency_us is not None and result.latency_us["count"] == n
+    assert result.rates["receive_msgs_per_s"] and result.rates["wall_msgs_per_s"]
+    if before is not None:  # the broker's own counters
+        after = target.broker.stats
+        sends = after.frames_in.get("SEND", 0) - before.frames_in.get("SEND", 0)
+        delivered = after.frames_out.get("MESSAGE", 0) - before.frames_out.get("MESSAGE", 0)
+        assert sends == n and delivered == n
+    for worker in range(2):  # nothing left on any worker's queue
+        assert target.wait_depth(f"{prefix}-{worker}", 0, timeout=10) in (0, None)
+
+
+def test_loadgen_source_as_a_dataframe(spark: Any, broker_thread: Any) -> None:
+    rows = (spark.read.format("stomp-loadgen").option("url", broker_thread.url).option("count", "300")
+            .option("workers", "2").load().collect())
+    assert sorted(r.worker for r in rows) == [0, 1]
+    assert sum(r.sent for r in rows) == sum(r.received for r in rows) == 300
+    assert all(r.histogram for r in rows)
