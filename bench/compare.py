@@ -823,7 +823,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--receipts", type=int, help="messages in scenario 2 (default 2000)")
     p.add_argument("--rate", type=float, default=10000.0, help="scenario 5 publish rate, msgs/s (default 10000)")
     p.add_argument("--duration", type=float, help="scenario 5 seconds of publishing (default 3)")
-    p.add_argument("--rounds", type=int, help="interleaved rounds (default 3)")
+    p.add_argument("--rounds", type=int, help="interleaved rounds (default 2)")
     p.add_argument("--settle", type=float, help="wait up to this many s for a quiet machine before each "
                                                 "measurement (default 3, quick 0.5)")
     p.add_argument("--stat", choices=("best", "median"), default="best")
@@ -841,7 +841,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     args.n = args.n or (2000 if q else 50000)
     args.receipts = args.receipts or (200 if q else 2000)
     args.duration = args.duration or (0.5 if q else 3.0)
-    args.rounds = args.rounds or (1 if q else 3)
+    args.rounds = args.rounds or (1 if q else 2)
     args.settle = args.settle if args.settle is not None else (0.5 if q else 3.0)
     args.preflight_n = min(args.preflight_n, 300 if q else args.preflight_n)
     if q:
