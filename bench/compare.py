@@ -35,7 +35,6 @@ import argparse
 import asyncio
 import os
 import json
-import statistics
 import subprocess
 import sys
 import threading
