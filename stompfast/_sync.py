@@ -83,8 +83,10 @@ from .errors import (
     ClientClosedError,
     ConfigurationError,
     ConnectTimeout,
+    LocalProtocolError,
     ReceiptTimeout,
     ReceiveTimeout,
+    StaleMessageError,
     StompError,
     StompTimeout,
 )
@@ -98,6 +100,9 @@ BACKENDS = ("asyncio", "trio")
 
 #: Messages a callback thread takes from its subscription per crossing into the loop.
 CALLBACK_BATCH = 100
+
+#: queued receipt-less sends beyond which ``send`` waits for them to be written
+_FAST_MAX_MESSAGES = 10_000
 
 Callback = Callable[["SyncMessage"], Any]
 ErrorHandler = Callable[[BaseException, Optional["SyncMessage"]], Any]
@@ -597,6 +602,14 @@ class Client:
         self._connected = False
         self._callback_subs: Set["Subscription"] = set()
         self._outstanding: Set[ReceiptFuture] = set()  # pipelined receipts not settled yet (loop only)
+        # Sends without a receipt: queued here by the calling threads, written by one
+        # drain task per burst (one thread crossing per burst, not per message).
+        self._fast: Deque[Tuple[Any, ...]] = deque()
+        self._fast_bytes = 0
+        self._fast_lock = threading.Lock()
+        self._fast_future: Optional["concurrent.futures.Future[Any]"] = None
+        self._fast_error: Optional[BaseException] = None
+        self._fast_limit_bytes = send_buffer_bytes
         self._owner: Optional[Portal] = None
         shared: Optional[Portal] = None
         if portal is None:
@@ -692,6 +705,122 @@ class Client:
             assert on_timeout is not None
         return self._wait(self._spawn(_bounded, fn, timeout, on_timeout))
 
+    # -- sends without a receipt ----------------------------------------------------------
+
+    def _send_queued(
+        self, destination: str, body: Any, headers: Optional[Mapping[str, Any]], content_type: Optional[str],
+        timeout: Optional[float],
+    ) -> None:
+        """Queue a SEND for the drain task; start one if none runs (the fast path of ``send``).
+
+        The frame is encoded and written in the loop by :meth:`_drain_fast`, in the
+        order the calls were made. A failure to write it (the connection ended) is
+        raised by the next call that sends. When the queue holds ``send_buffer_bytes``
+        or 10,000 messages, the caller waits for it to drain (backpressure,
+        bounded by ``timeout``).
+        """
+        if self._fast_error is not None or self._closed:
+            self._raise_fast_error()
+        failed = self._async._error  # read across threads: set once, never cleared
+        if failed is not None:
+            raise _copy(failed)
+        if type(body) is not bytes and not isinstance(body, (str, bytearray, memoryview)):
+            raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+        if len(self._fast) >= _FAST_MAX_MESSAGES or self._fast_bytes >= self._fast_limit_bytes:
+            self._sync_fast(timeout)
+        with self._fast_lock:
+            self._fast.append((destination, body, headers, content_type))
+            self._fast_bytes += len(body)
+            if self._fast_future is None:
+                self._fast_future = self._spawn(self._drain_fast)
+
+    def _ack_queued(self, sub: AsyncSubscription, message: Message, timeout: Optional[float]) -> None:
+        """Queue an ACK (no receipt, no transaction) behind the queued sends; checked here first."""
+        if self._fast_error is not None or self._closed:
+            self._raise_fast_error()
+        client = self._async
+        failed = client._error
+        if failed is not None:
+            raise _copy(failed)
+        if sub.ack_mode == "auto":
+            raise LocalProtocolError(
+                f"cannot ACK message {message.message_id!r}: subscription {sub.id!r} uses ack mode auto,"
+                " where the broker needs no acknowledgement"
+            )
+        if message._session is not client._protocol:
+            raise StaleMessageError(
+                f"message {message.message_id!r} was delivered on a connection that was lost; the broker"
+                " redelivers unacknowledged messages, so this ACK was not sent"
+            )
+        if len(self._fast) >= _FAST_MAX_MESSAGES:
+            self._sync_fast(timeout)
+        with self._fast_lock:
+            self._fast.append((None, sub, message, None))
+            if self._fast_future is None:
+                self._fast_future = self._spawn(self._drain_fast)
+
+    async def _drain_fast(self) -> None:
+        send = self._async.send
+        fast = self._fast
+        batch: List[Tuple[Any, ...]] = []
+        try:
+            while True:
+                with self._fast_lock:
+                    if not fast:
+                        self._fast_future = None
+                        return
+                    batch = list(fast)
+                    fast.clear()
+                    self._fast_bytes = 0
+                for i, (destination, body, headers, content_type) in enumerate(batch):
+                    try:
+                        if destination is None:  # an ACK: (None, subscription, message, None)
+                            try:
+                                await body.ack_message(headers)
+                            except StaleMessageError:
+                                # its connection was lost after the ACK was queued: the
+                                # broker redelivers the message; nothing to report later
+                                log.debug("dropped a queued ACK of %r: its connection was lost", headers)
+                        else:
+                            await send(destination, body, headers=headers, content_type=content_type)
+                    except Exception:
+                        batch = batch[i:]
+                        raise
+                batch = []
+        except BaseException as exc:
+            with self._fast_lock:
+                dropped = len(batch) + len(fast)
+                fast.clear()
+                self._fast_bytes = 0
+                self._fast_future = None
+            if isinstance(exc, Exception):
+                if dropped and hasattr(exc, "add_note"):  # Python 3.11+
+                    exc.add_note(f"{dropped} queued send(s) of this client were not written")
+                self._fast_error = exc
+                return
+            raise
+
+    def _sync_fast(self, timeout: Optional[float]) -> None:
+        """Wait until the queued sends are written; raise what stopped them."""
+        future = self._fast_future
+        if future is not None:
+            try:
+                future.result(timeout)
+            except concurrent.futures.TimeoutError:
+                raise StompTimeout(
+                    f"the queued sends were not written within {timeout:g} s (no room in the send buffer)"
+                ) from None
+            except concurrent.futures.CancelledError:
+                raise ClientClosedError("the client's event loop stopped while writing queued sends") from None
+        if self._fast_error is not None:
+            self._raise_fast_error()
+
+    def _raise_fast_error(self) -> None:
+        error, self._fast_error = self._fast_error, None
+        if error is not None:
+            raise error
+        raise ClientClosedError("the client is closed")
+
     # -- properties -----------------------------------------------------------------------
 
     @property
@@ -786,6 +915,10 @@ class Client:
         after a failure, callable from any thread but the loop's (including a
         callback's).
         """
+        try:
+            self._sync_fast(None)  # queued sends go out before DISCONNECT
+        except StompError:
+            pass  # the connection failed: they could not be written; close anyway
         with self._lock:
             if self._closed:
                 return
@@ -829,6 +962,10 @@ class Client:
             ServerError, ConnectionLostError, LocalProtocolError: as AsyncClient.send.
         """
         timeout = _check_timeout(timeout)
+        if not receipt:
+            self._send_queued(destination, body, headers, content_type, timeout)
+            return None
+        self._sync_fast(timeout)  # keep the order of sends made from this client
         send = functools.partial(
             self._async.send,
             destination,
@@ -838,9 +975,6 @@ class Client:
             receipt=receipt,
             wait=wait,
         )
-        if not receipt:
-            self._call(send, timeout, _timeout_error(StompTimeout, "no room in the send buffer", timeout))
-            return None
         on_timeout = _timeout_error(ReceiptTimeout, f"no RECEIPT for the SEND to {destination!r}", timeout)
         if wait:
             future = ReceiptFuture(self._call(send, timeout, on_timeout))
@@ -884,6 +1018,7 @@ class Client:
             ReceiptTimeout: not confirmed within ``timeout``.
         """
         timeout = _check_timeout(timeout)
+        self._sync_fast(timeout)
         self._call(
             functools.partial(_wait_and_settle, self._async.flush, self._outstanding),
             timeout,
@@ -1154,7 +1289,16 @@ class Subscription:
         receipt: bool = False,
         timeout: Optional[float] = None,
     ) -> None:
-        """Acknowledge ``message``; in ``client`` mode this covers every earlier message too."""
+        """Acknowledge ``message``; in ``client`` mode this covers every earlier message too.
+
+        Without ``receipt`` or ``transaction`` the ACK is queued with the client's
+        other receipt-less frames and written by the loop in order (no wait); a
+        message from an ended connection, or an ``auto`` subscription's, is
+        refused here at once.
+        """
+        if not receipt and transaction is None:
+            self._client._ack_queued(self._async, _unwrap(message), timeout)
+            return
         self._client._call(
             functools.partial(
                 self._async.ack_message, _unwrap(message), transaction=transaction, receipt=receipt
@@ -1189,6 +1333,10 @@ class Subscription:
         the callback itself). Idempotent and safe after a failure.
         """
         self._stopping = True
+        try:
+            self._client._sync_fast(None)  # queued ACKs go out before the UNSUBSCRIBE
+        except StompError:
+            pass
         try:
             self._client._call(self._async.aclose)
         except StompError:  # the client is closed or the connection failed: the subscription is gone
@@ -1320,6 +1468,7 @@ class Transaction:
         **kwargs: Any,
     ) -> None:
         """Send within the transaction (``headers``, ``content_type``): the broker delivers it on COMMIT."""
+        self._client._sync_fast(_check_timeout(timeout))
         self._client._call(
             functools.partial(self._async.send, destination, body, **kwargs),
             _check_timeout(timeout),

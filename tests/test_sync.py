@@ -995,3 +995,41 @@ def test_the_sync_client_reconnects_and_keeps_its_subscription(make, broker):
         assert message.body == b"after"
         message.ack(receipt=True, timeout=WAIT)
     assert "disconnected" in [e.kind for e in events]
+
+
+def test_sends_without_receipt_keep_their_order_and_are_all_written(client, broker):
+    for i in range(3000):
+        client.send("/queue/order", b"%d" % i)
+    client.send("/queue/order", b"last", receipt=True, timeout=WAIT)  # after every queued one
+    bodies = [f.body for f in broker.received if f.command == "SEND"]
+    assert bodies == [b"%d" % i for i in range(3000)] + [b"last"]
+
+
+def test_a_failure_behind_queued_sends_is_raised_by_the_next_send(make, broker):
+    client = make()
+    client.connect(timeout=WAIT)
+    client.send("/queue/a", b"x", receipt=True, timeout=WAIT)
+    broker.drop_connections()
+    deadline = time.monotonic() + WAIT
+    with pytest.raises(ConnectionLostError):
+        while time.monotonic() < deadline:  # queued sends succeed until the loss is known
+            client.send("/queue/a", b"y")
+            time.sleep(0.001)
+
+
+def test_queued_acks_are_written_before_the_unsubscribe(client, broker):
+    with client.subscribe("/queue/acks", ack="client-individual") as sub:
+        for i in range(200):
+            broker.publish("/queue/acks", b"%d" % i)
+        got = 0
+        while got < 200:
+            for message in sub.receive_many(200, timeout=WAIT):
+                message.ack()  # queued, not waited for
+                got += 1
+    client.flush(timeout=WAIT)  # nothing was refused: no error surfaces here
+    assert broker.unacked("/queue/acks") == 0 and broker.queue_depth("/queue/acks") == 0
+    acks = [f for f in broker.received if f.command == "ACK"]
+    assert len(acks) == 200
+    unsubscribe = [i for i, f in enumerate(broker.received) if f.command == "UNSUBSCRIBE"]
+    last_ack = max(i for i, f in enumerate(broker.received) if f.command == "ACK")
+    assert unsubscribe and last_ack < unsubscribe[0]
