@@ -58,6 +58,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import importlib.util
 import math
 import os
 import platform
