@@ -647,15 +647,7 @@ class AsyncClient:
         dropped_frames = sum(1 for data in self._out if data != b"\n")
         self._out.clear()
         self._out_bytes = 0
-        if self._drained is not None:
-            self._drained.set()
-            self._drained = None
-        self._wakeup.set()
-        for scope in self._scopes:
-            scope.cancel()
-        if self._push:
-            self._unpause()
-            self._transport.close_now()  # type: ignore[union-attr]
+        self._stop_connection()
         self._paused_on = None
         self._stalled = False
         self._protocol.connection_lost()
@@ -846,20 +838,29 @@ class AsyncClient:
         for tx in list(self._transactions):
             tx._lose(error)
         self._transactions.clear()
+        self._stop_connection()
+        if self._push:
+            self._protocol.connection_lost()
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+        if self._up_event is not None:
+            self._up_event.set()
+
+    def _stop_connection(self) -> None:
+        """Wake senders waiting for buffer room, stop this connection's tasks; in push mode close its socket.
+
+        (On trio the reader task closes the socket on its way out, or the
+        supervisor does before reconnecting.)
+        """
         if self._drained is not None:
             self._drained.set()
             self._drained = None
         self._wakeup.set()
         for scope in self._scopes:
             scope.cancel()
-        if self._supervisor is not None:
-            self._supervisor.cancel()
-        if self._up_event is not None:
-            self._up_event.set()
-        if self._push:  # no reader task to close the socket on its way out
+        if self._push:
             self._unpause()
             self._transport.close_now()  # type: ignore[union-attr]
-            self._protocol.connection_lost()
 
     def _check_open(self) -> None:
         if self._error is not None:

@@ -77,22 +77,21 @@ class Endpoint:
     def websocket(self) -> bool:
         return self.scheme in ("ws", "wss")
 
+    def _display(self, user: str, tcp_path: str) -> str:
+        scheme = {"tcp": "stomp", "ssl": "stomp+ssl"}.get(self.scheme, self.scheme)
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        path = self.path if self.websocket else tcp_path
+        return f"{scheme}://{user}{host}:{self.port}{path}"
+
     @property
     def url(self) -> str:
         """The endpoint as a URL, for logs and events: the passcode is never included."""
-        user = f"{self.login}@" if self.login else ""
-        scheme = {"tcp": "stomp", "ssl": "stomp+ssl"}.get(self.scheme, self.scheme)
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        path = self.path if self.websocket else "/"
-        return f"{scheme}://{user}{host}:{self.port}{path}"
+        return self._display(f"{self.login}@" if self.login else "", "/")
 
     def __repr__(self) -> str:
         # never echo credentials
-        user = f"{self.login}:***@" if self.login else ""
-        scheme = {"tcp": "stomp", "ssl": "stomp+ssl"}.get(self.scheme, self.scheme)
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        path = self.path if self.websocket else ""
-        return f"Endpoint('{scheme}://{user}{host}:{self.port}{path}', virtual_host={self.virtual_host!r})"
+        shown = self._display(f"{self.login}:***@" if self.login else "", "")
+        return f"Endpoint('{shown}', virtual_host={self.virtual_host!r})"
 
 
 def parse_url(url: str) -> Endpoint:
