@@ -1348,8 +1348,9 @@ class AsyncClient:
             await self._write(data)
 
     async def _ack(self, command: str, message: Message, transaction: Optional[str], receipt: bool) -> None:
-        if message._session is not self._protocol and self._error is None:
-            # Delivered on a connection that is gone: never sent on another one.
+        if (message._session is not self._protocol or not self._link_alive) and self._error is None:
+            # Delivered on a connection that is gone (or going: a reconnect is under
+            # way): never sent on another one.
             raise StaleMessageError(
                 f"message {message.message_id!r} was delivered on a connection that was lost; the broker"
                 f" redelivers unacknowledged messages, so this {command} was not sent"

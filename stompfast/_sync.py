@@ -747,7 +747,8 @@ class Client:
                 f"cannot ACK message {message.message_id!r}: subscription {sub.id!r} uses ack mode auto,"
                 " where the broker needs no acknowledgement"
             )
-        if message._session is not client._protocol:
+        reconnecting = client._state == "reconnecting" and client._error is None
+        if message._session is not client._protocol or reconnecting:
             raise StaleMessageError(
                 f"message {message.message_id!r} was delivered on a connection that was lost; the broker"
                 " redelivers unacknowledged messages, so this ACK was not sent"

@@ -368,3 +368,19 @@ async def test_closing_during_an_outage_is_prompt():
                 await c.aclose()
         with pytest.raises(ClientClosedError):
             await c.send("/queue/x", b"x")
+
+
+async def test_an_ack_during_the_outage_is_stale_not_a_connection_error():
+    async with Broker() as broker:
+        async with make(broker.url, policy=ReconnectPolicy(initial_delay=0.5, jitter=0)) as c:
+            async with c.subscribe("/queue/s", ack="client-individual") as sub:
+                broker.publish("/queue/s", b"x")
+                message = await next_message(sub)
+                broker.drop_connections()
+                await wait_until(lambda: not c.is_connected)  # lost, not yet re-established
+                with pytest.raises(StaleMessageError):
+                    await message.ack()
+                await wait_until(lambda: c.reconnects == 1)
+                again = await next_message(sub)  # redelivered on the new connection
+                assert again.body == b"x"
+                await again.ack(receipt=True)
