@@ -757,8 +757,10 @@ def progress(args: argparse.Namespace, msg: str) -> None:
         print("  " + msg, file=sys.stderr, flush=True)
 
 
-def spawn_worker(spec: Dict[str, Any], timeout: float, wrap: Sequence[str] = ()) -> Dict[str, Any]:
-    cmd = list(wrap) + [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
+def spawn_worker(spec: Dict[str, Any], timeout: float, wrap: Sequence[str] = (),
+                 script: Optional[str] = None) -> Dict[str, Any]:
+    """Run one measurement in a fresh ``script --worker`` process (default: this script)."""
+    cmd = list(wrap) + [sys.executable, str(Path(script or __file__).resolve()), "--worker", json.dumps(spec)]
     try:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
                               env=dict(os.environ, STOMP_SKIP_HOSTNAME_SCAN="1"))

@@ -453,17 +453,7 @@ def run_worker(spec: Dict[str, Any]) -> int:
 
 
 def spawn_worker(spec: Dict[str, Any], timeout: float, wrap: Sequence[str] = ()) -> Dict[str, Any]:
-    cmd = list(wrap) + [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
-    try:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
-                              env=dict(os.environ, STOMP_SKIP_HOSTNAME_SCAN="1"))
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "error": "worker timed out after %.0f s" % timeout}
-    for line in proc.stdout.decode(errors="replace").splitlines()[::-1]:
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    tail = proc.stderr.decode(errors="replace").strip().splitlines()[-5:]
-    return {"ok": False, "error": "worker exited %d without a result: %s" % (proc.returncode, " / ".join(tail))}
+    return cc.spawn_worker(spec, timeout, wrap, script=__file__)  # the worker must know our contenders
 
 
 # ---------------------------------------------------------------------------------------
