@@ -1255,7 +1255,7 @@ class AsyncClient:
                 await self._write(data)
             return None
         pending = self._register(receipt_id)
-        if wait and not self._out and self._out_bytes < self._send_buffer_bytes and self._write_now(data):
+        if wait and not self._out and self._write_now(data):
             # Nothing queued ahead of it and the caller is about to block: write
             # it from this task (no writer wake-up, no extra loop iteration).
             await pending.wait()
@@ -1347,14 +1347,22 @@ class AsyncClient:
             data, _ = self._protocol.unsubscribe(sub.id)
             await self._write(data)
 
-    async def _ack(self, command: str, message: Message, transaction: Optional[str], receipt: bool) -> None:
+    def _check_stale(self, command: str, message: Message) -> None:
+        """Refuse an ACK/NACK of a message delivered on a connection that is gone (or going).
+
+        During a reconnect the failed connection's protocol is still the current
+        one, so the session test alone would let the ack through to
+        ``_check_open`` and a ConnectionLostError; the broker redelivers the
+        message, so it is stale either way and never sent on another connection.
+        """
         if (message._session is not self._protocol or not self._link_alive) and self._error is None:
-            # Delivered on a connection that is gone (or going: a reconnect is under
-            # way): never sent on another one.
             raise StaleMessageError(
                 f"message {message.message_id!r} was delivered on a connection that was lost; the broker"
                 f" redelivers unacknowledged messages, so this {command} was not sent"
             )
+
+    async def _ack(self, command: str, message: Message, transaction: Optional[str], receipt: bool) -> None:
+        self._check_stale(command, message)
         self._check_open()
         if command == "ACK":
             data, receipt_id = self._protocol.ack(message, transaction=transaction, receipt=receipt)

@@ -83,7 +83,6 @@ from .errors import (
     ClientClosedError,
     ConfigurationError,
     ConnectTimeout,
-    LocalProtocolError,
     ReceiptTimeout,
     ReceiveTimeout,
     StaleMessageError,
@@ -742,17 +741,10 @@ class Client:
         failed = client._error
         if failed is not None:
             raise _copy(failed)
-        if sub.ack_mode == "auto":
-            raise LocalProtocolError(
-                f"cannot ACK message {message.message_id!r}: subscription {sub.id!r} uses ack mode auto,"
-                " where the broker needs no acknowledgement"
-            )
-        reconnecting = client._state == "reconnecting" and client._error is None
-        if message._session is not client._protocol or reconnecting:
-            raise StaleMessageError(
-                f"message {message.message_id!r} was delivered on a connection that was lost; the broker"
-                " redelivers unacknowledged messages, so this ACK was not sent"
-            )
+        # The refusals that need no I/O, raised here rather than by a later call:
+        # a stale message, then the protocol's own (auto mode, a subscription gone).
+        client._check_stale("ACK", message)
+        client._protocol._ack_headers("ACK", message, None)
         if len(self._fast) >= _FAST_MAX_MESSAGES:
             self._sync_fast(timeout)
         with self._fast_lock:
