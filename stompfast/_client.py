@@ -45,6 +45,7 @@ import ssl as _ssl
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import anyio
+import anyio.lowlevel
 import sniffio
 
 from ._config import Endpoint, check_positive, parse_urls
@@ -78,6 +79,11 @@ from .errors import (
 )
 
 log = logging.getLogger("stompfast")
+
+# Queued outgoing bytes past which a send writes them out (or yields to the writer)
+# instead of queueing more: a long burst of sends stays in a small, reused amount
+# of memory rather than growing toward send_buffer_bytes, which costs page faults.
+WRITE_THROUGH_BYTES = 256 * 1024
 
 #: What ends one connection but not the client when reconnecting is on.
 _RETRYABLE = (ConnectError, ConnectionLostError, ServerError, RemoteProtocolError, StompTimeout)
@@ -302,6 +308,7 @@ class AsyncClient:
             raise ConfigurationError("heartbeat_tolerance must be at least 1 (a multiple of the broker's interval)")
         self._connect_timeout = check_positive("connect_timeout", connect_timeout)
         self._send_buffer_bytes = check_positive("send_buffer_bytes", send_buffer_bytes)
+        self._write_through_bytes = send_buffer_bytes
         self._stall_timeout = check_positive("stall_timeout", stall_timeout)
         self._disconnect_timeout = check_positive("disconnect_timeout", disconnect_timeout)
         # One protocol object per connection (a new session each time); making the
@@ -545,6 +552,14 @@ class AsyncClient:
         self.endpoint = endpoint
         self._out = []
         self._out_bytes = 0
+        # Only asyncio's transport takes a write from the sending task (try_write);
+        # elsewhere writing through would mean a task switch per mark, so the
+        # queue fills to send_buffer_bytes as before.
+        self._write_through_bytes = (
+            min(WRITE_THROUGH_BYTES, self._send_buffer_bytes)
+            if isinstance(transport, AsyncioTransport)
+            else self._send_buffer_bytes
+        )
         self._wakeup = anyio.Event()
         self._drained = None
         self._receipts = {}
@@ -933,6 +948,20 @@ class AsyncClient:
             self._check_open()
         self._queue(data)
 
+    async def _write_through(self, data: bytes) -> None:
+        """Queue ``data`` past the write-through mark: write the queue out now, or let the writer.
+
+        A burst of sends never yields on its own, so without this the queue would
+        grow to ``send_buffer_bytes`` before the writer task got a turn. While the
+        writer is busy (the socket is full) frames are queued up to
+        ``send_buffer_bytes``, and then ``send`` waits.
+        """
+        await self._write(data)
+        if not self._writing and self._out:
+            self._flush_now()  # asyncio: straight into the socket, no task switch
+            if self._out:
+                await anyio.lowlevel.checkpoint()  # elsewhere: the writer's turn
+
     async def _writer(self) -> None:
         transport = self._transport
         assert transport is not None
@@ -1234,6 +1263,18 @@ class AsyncClient:
         """
         if self._error is not None or self._state != "open":
             await self._ensure_open()
+        if type(body) is bytes and headers is None and content_type is None and not receipt:
+            # The hot path (a plain SEND, nothing to wait for): queue it inline.
+            data = self._protocol.send_plain(destination, body)
+            if self._out_bytes < self._write_through_bytes:
+                out = self._out
+                out.append(data)
+                self._out_bytes += len(data)
+                if len(out) == 1:
+                    self._wakeup.set()
+            else:
+                await self._write_through(data)
+            return None
         if type(body) is not bytes:
             if isinstance(body, str):
                 body = body.encode("utf-8")
@@ -1245,14 +1286,14 @@ class AsyncClient:
                 raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
         data, receipt_id = self._protocol.send(destination, body, headers, content_type=content_type, receipt=receipt)
         if receipt_id is None:
-            if self._out_bytes < self._send_buffer_bytes:  # _queue, inlined: this is the hot path
+            if self._out_bytes < self._write_through_bytes:  # _queue, inlined
                 out = self._out
                 out.append(data)
                 self._out_bytes += len(data)
                 if len(out) == 1:
                     self._wakeup.set()
             else:
-                await self._write(data)
+                await self._write_through(data)
             return None
         pending = self._register(receipt_id)
         if wait and not self._out and self._write_now(data):

@@ -316,6 +316,7 @@ class StompProtocol:
         self.use_stomp_command = use_stomp_command
         self.state = SessionState.IDLE
         self._send_heads: Dict[Tuple[str, Optional[str]], bytes] = {}
+        self._plain_heads: Dict[str, bytes] = {}  # the heads of send_plain, by destination
         self._last_length = -1
         self._length_line = b""
         self.version: Optional[str] = None
@@ -452,6 +453,25 @@ class StompProtocol:
         receipt_id = self._finish(h, receipt, headers)
         return self._encode("SEND", h, body), receipt_id
 
+    def send_plain(self, destination: str, body: bytes) -> bytes:
+        """The hot SEND: ``body`` is ``bytes``; no headers, content type, receipt or transaction.
+
+        The same bytes as ``send(destination, body)[0]``, with less per-call work
+        (positional arguments, one dict lookup by destination, no tuple returned).
+        """
+        if "SEND" not in self._allowed:
+            self._check("SEND")
+        head = self._plain_heads.get(destination)
+        if head is None:
+            head = self._send_head(destination, None)
+        n = len(body)
+        if n:
+            if n != self._last_length:
+                self._last_length = n
+                self._length_line = b"content-length:%d\n\n" % n
+            return b"".join((head, self._length_line, body, b"\0"))
+        return head + b"\n\0"
+
     def _send_head(self, destination: str, content_type: Optional[str]) -> bytes:
         h = {"destination": destination}
         if content_type is not None:
@@ -459,7 +479,10 @@ class StompProtocol:
         head = self._encode("SEND", h)[:-2]  # "SEND\n...\n" without the blank line and NUL
         if len(self._send_heads) >= _SEND_HEADS_MAX:
             self._send_heads.clear()
+            self._plain_heads.clear()
         self._send_heads[(destination, content_type)] = head
+        if content_type is None:
+            self._plain_heads[destination] = head
         return head
 
     def subscribe(

@@ -289,6 +289,36 @@ async def test_a_burst_of_sends_is_coalesced_into_few_socket_writes():
             assert len(writes) <= 5, writes
 
 
+async def test_a_long_burst_of_sends_is_written_through_not_queued_to_the_buffer_limit():
+    # A burst that never yields: on asyncio the queue is written out from the sending
+    # task at the write-through mark, so it stays small; elsewhere it may fill to
+    # send_buffer_bytes and then send waits for the writer. Either way nothing is
+    # lost or reordered.
+    from stompfast._client import WRITE_THROUGH_BYTES
+
+    limit = 1024 * 1024
+    body = b"y" * 1000
+    async with Broker() as broker:
+        async with make(broker, send_buffer_bytes=limit) as c:
+            asyncio_transport = not hasattr(c._transport, "_stream")
+            peak = 0
+            for i in range(3000):
+                await c.send("/queue/burst", b"%06d" % i + body)
+                peak = max(peak, c._out_bytes)
+            with anyio.fail_after(WAIT):
+                await c.flush()
+            bound = WRITE_THROUGH_BYTES if asyncio_transport else limit
+            assert peak <= bound + len(body) + 100, (peak, bound)
+            if asyncio_transport:
+                assert peak < limit / 2  # the mark, not the limit, bounded it
+            assert broker.queue_depth("/queue/burst") == 3000
+            async with c.subscribe("/queue/burst") as sub:
+                with anyio.fail_after(WAIT):
+                    for i in range(3000):
+                        msg = await sub.__anext__()
+                        assert msg.body[:6] == b"%06d" % i
+
+
 # -- subscriptions -----------------------------------------------------------------------------
 
 

@@ -439,8 +439,34 @@ def test_the_cached_send_head_builds_exactly_what_encode_frame_builds(version, c
     assert p.send("/q", b"", receipt=True)[1] != p.send("/q", b"", receipt=True)[1]
 
 
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+def test_send_plain_builds_exactly_what_send_builds(version):
+    p = connected(version)
+    # lengths change and repeat (the cached content-length line), a destination
+    # with characters to escape, an empty body, and heads first built by send()
+    for destination, body in [("/queue/a:b", b"x"), ("/queue/a:b", b"x"), ("/q", b"\x00" * 300),
+                              ("/q", b""), ("/queue/a:b", b"yy"), ("/t\\b", b"z"), ("/q", b"x")]:
+        expected = encode_frame("SEND", {"destination": destination}, body, version=version)
+        assert p.send_plain(destination, body) == expected
+        assert p.send(destination, body)[0] == expected
+    p.send("/only-via-send", b"a", content_type="text/plain")
+    assert p.send_plain("/only-via-send", b"a") == encode_frame("SEND", {"destination": "/only-via-send"}, b"a", version=version)
+
+
+def test_send_plain_is_refused_outside_a_session():
+    p = StompProtocol()
+    with pytest.raises(LocalProtocolError):
+        p.send_plain("/q", b"x")
+    p = connected()
+    p.disconnect()
+    with pytest.raises(LocalProtocolError):
+        p.send_plain("/q", b"x")
+
+
 def test_send_head_cache_is_bounded():
     p = connected()
     for i in range(3000):
         p.send(f"/queue/{i}", b"x")
+        p.send_plain(f"/queue/plain/{i}", b"x")
     assert len(p._send_heads) <= 1024
+    assert len(p._plain_heads) <= 1024
