@@ -157,6 +157,11 @@ class ErrorReceived:
         return f"ErrorReceived({self.error!r})"
 
 
+def _escape_12(value: str) -> str:
+    """A header value escaped by STOMP 1.2's rules (backslash first, so added ones stay single)."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace(":", "\\c")
+
+
 class Message:
     """A MESSAGE delivered to a subscription.
 
@@ -205,9 +210,10 @@ class Message:
 
     def ack(self, **kwargs: Any) -> Any:
         """Acknowledge the message (``await msg.ack()`` on the async client)."""
-        if self._owner is None:
+        owner = self._owner
+        if owner is None:
             raise LocalProtocolError("this message is not attached to a subscription that can ack it")
-        return self._owner.ack_message(self, **kwargs)
+        return owner.ack_message(self, **kwargs) if kwargs else owner.ack_message(self)
 
     def nack(self, **kwargs: Any) -> Any:
         """Refuse the message (STOMP 1.1+; ``await msg.nack()`` on the async client)."""
@@ -570,6 +576,25 @@ class StompProtocol:
         receipt_id = self._finish(h, receipt)
         return self._encode("ACK", h), receipt_id
 
+    def ack_plain(self, message: Message) -> bytes:
+        """The hot ACK: no transaction, no receipt. The same bytes and refusals as ``ack(message)[0]``.
+
+        On STOMP 1.2 (the version RabbitMQ and ActiveMQ settle on) it is built
+        directly from the message's ack id; anything else goes through :meth:`ack`.
+        """
+        if (
+            self._ack_header
+            and message._session is self
+            and "ACK" in self._allowed
+            and self._subscriptions.get(message.subscription, "auto") != "auto"
+        ):
+            ack_id = message.ack_id
+            if ack_id is not None and self._wire_version == "1.2":
+                if "\\" in ack_id or ":" in ack_id or "\n" in ack_id or "\r" in ack_id:
+                    ack_id = _escape_12(ack_id)  # ActiveMQ's ids hold ':'
+                return b"ACK\nid:%s\n\n\0" % ack_id.encode("utf-8")
+        return self.ack(message)[0]
+
     def nack(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False) -> Tuple[bytes, Optional[str]]:
         """A NACK frame for ``message`` (STOMP 1.1+); returns ``(bytes, receipt_id)``."""
         self._check("NACK")
@@ -661,10 +686,12 @@ class StompProtocol:
     def _events(self, frames: List[Frame]) -> List[Event]:
         events: List[Event] = []
         append = events.append
+        connected, disconnecting = SessionState.CONNECTED, SessionState.DISCONNECTING
         for frame in frames:
             command = frame[0]
             if command == "MESSAGE":
-                if self.state is not SessionState.CONNECTED and self.state is not SessionState.DISCONNECTING:
+                state = self._state  # not the property: this runs once per message
+                if state is not connected and state is not disconnecting:
                     self._move("<MESSAGE")
                 headers = frame[1]
                 subscription = headers.get("subscription")
@@ -672,8 +699,15 @@ class StompProtocol:
                     self.state = SessionState.FAILED
                     raise RemoteProtocolError(f"the broker sent a MESSAGE without a subscription header: {frame!r}")
                 message_id = headers.get("message-id")
-                ack_id = headers.get("ack", message_id) if self._ack_header else message_id
-                append(Message(frame, subscription, message_id, ack_id, self))
+                append(
+                    Message(
+                        frame,
+                        subscription,
+                        message_id,
+                        headers.get("ack", message_id) if self._ack_header else message_id,
+                        self,
+                    )
+                )
             elif command == "RECEIPT":
                 self._move("<RECEIPT")
                 receipt_id = frame[1].get("receipt-id")

@@ -201,8 +201,12 @@ class AsyncSubscription:
             and client._state == "open"
             and client._out_bytes < client._send_buffer_bytes
         ):  # the common ack: encode and queue, no await needed
-            data, _ = client._protocol.ack(message)
-            client._queue(data)
+            data = client._protocol.ack_plain(message)
+            out = client._out  # client._queue, inlined
+            out.append(data)
+            client._out_bytes += len(data)
+            if len(out) == 1:
+                client._wakeup.set()
             return
         await client._ack("ACK", message, transaction, receipt)
 

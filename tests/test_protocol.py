@@ -283,6 +283,45 @@ def test_ack_headers_per_version(version, expected):
         assert f.command == "NACK" and {k: v for k, v in f.headers.items() if k != "receipt"} == expected
 
 
+_ACK_IDS_12 = ["T_1@@session-Xy@@42", "ID:host-1234-1700000000000-3:1:1:1:7", "a\\b", "line\nbreak\r", "\u00e9t\u00e9:\\"]
+
+
+@pytest.mark.parametrize(
+    "version, ack_id",
+    [("1.0", "T_1@@session-Xy@@42"), ("1.1", "T_1@@session-Xy@@42")] + [("1.2", a) for a in _ACK_IDS_12],
+)
+def test_ack_plain_builds_exactly_what_ack_builds(version, ack_id):
+    p = connected(version)
+    p.subscribe("/queue/a", ack="client-individual" if version != "1.0" else "client")
+    msg = message(p, mid="m" + ack_id, ack=ack_id if version == "1.2" else None)
+    assert p.ack_plain(msg) == p.ack(msg)[0]
+    assert parse(p.ack_plain(msg)).headers.get("id" if version == "1.2" else "message-id") == msg.ack_id
+
+
+def test_ack_plain_refuses_what_ack_refuses():
+    p = connected()
+    p.subscribe("/q")  # ack auto
+    msg = message(p)
+    with pytest.raises(LocalProtocolError):
+        p.ack_plain(msg)
+    p.unsubscribe("1")
+    with pytest.raises(LocalProtocolError):  # its subscription is gone
+        p.ack_plain(msg)
+    old = connected()
+    old.subscribe("/q", ack="client")
+    stale = message(old)
+    new = connected()
+    new.subscribe("/q", ack="client")
+    with pytest.raises(StaleMessageError):
+        new.ack_plain(stale)
+    p = connected()
+    p.subscribe("/q", ack="client")
+    msg = message(p)
+    p.disconnect()
+    with pytest.raises(LocalProtocolError):
+        p.ack_plain(msg)
+
+
 def test_nack_does_not_exist_on_1_0():
     p = connected("1.0")
     p.subscribe("/q", ack="client")
