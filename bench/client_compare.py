@@ -147,7 +147,7 @@ def make_bodies(tag: bytes, n: int) -> List[bytes]:
 
 
 def contender_label(c: str) -> str:
-    return {"stomppy": "stomp.py", "raw": "raw socket"}.get(c, c)
+    return {"stomppy": "stomp.py", "raw": "raw socket", "aiofloor": "asyncio floor"}.get(c, c)
 
 
 # ---------------------------------------------------------------------------------------
@@ -671,7 +671,77 @@ def worker_raw(spec: Dict[str, Any], win: Window) -> Dict[str, Any]:
     return out
 
 
-WORKERS = {"ours": worker_ours, "stomppy": worker_stomppy, "raw": worker_raw}
+def worker_aiofloor(spec: Dict[str, Any], win: Window) -> Dict[str, Any]:
+    """Scenario 2 only: the least any asyncio client does per round trip.
+
+    The raw socket's frames, written by an ``asyncio.BufferedProtocol`` (reads land in one
+    reused buffer, as in our client) whose ``buffer_updated`` completes a future once a
+    whole frame is in; the task awaits that future, checks the
+    RECEIPT and sends the next SEND. No parsing beyond ``bytes.find``, no STOMP client:
+    what is left is the event loop's own cost (an epoll wait, a callback and a task wake-up
+    per round trip) on the stock asyncio loop. It tells how much of our client's distance
+    from the blocking raw socket is asyncio's, not ours.
+    """
+    import asyncio
+
+    if spec["scenario"] != RECEIPTS:
+        raise Failure("the asyncio floor is measured in scenario 2 only")
+    dest, n, tag = spec["dest"].encode(), spec["n"], spec["tag"].encode()
+    sock, buf = raw_connect(spec["host"], spec["port"], spec["login"], spec["passcode"], spec["timeout"])
+    frames = [(raw_send_head(dest, b"r%d" % i) + body + b"\x00", b"receipt-id:r%d\n" % i)
+              for i, body in enumerate(make_bodies(tag, n))]
+
+    class Floor(asyncio.BufferedProtocol):
+        def __init__(self) -> None:
+            self.buf = buf
+            self.waiter: Optional[asyncio.Future] = None
+            self.view = memoryview(bytearray(65536))
+
+        def get_buffer(self, sizehint: int) -> memoryview:
+            return self.view
+
+        def buffer_updated(self, nbytes: int) -> None:
+            self.buf += self.view[:nbytes]
+            waiter = self.waiter
+            if waiter is not None and b"\x00" in self.buf and not waiter.done():
+                waiter.set_result(None)
+
+        def connection_lost(self, exc: Optional[BaseException]) -> None:
+            waiter = self.waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(Failure("the broker closed the connection while a receipt was awaited"))
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        transport, proto = await loop.create_connection(Floor, sock=sock)
+        try:
+            win.start()
+            for frame, rid_line in frames:
+                proto.waiter = waiter = loop.create_future()
+                transport.write(frame)
+                if b"\x00" not in proto.buf:
+                    await waiter
+                end = proto.buf.index(b"\x00")
+                head = proto.buf[:end]
+                if rid_line not in head or not head.lstrip(b"\r\n").startswith(b"RECEIPT"):
+                    raise Failure("expected the RECEIPT with %r, got %r" % (rid_line, head[:300]))
+                proto.buf = proto.buf[end + 1:]
+            win.stop()
+            proto.waiter = waiter = loop.create_future()
+            transport.write(b"DISCONNECT\nreceipt:bye\n\n\x00")
+            try:
+                await asyncio.wait_for(waiter, 5)
+            except (asyncio.TimeoutError, Failure):
+                pass
+        finally:
+            transport.close()
+
+    asyncio.run(main())
+    return {}
+
+
+WORKERS = {"ours": worker_ours, "stomppy": worker_stomppy, "raw": worker_raw, "aiofloor": worker_aiofloor}
+ONLY_IN = {"aiofloor": (RECEIPTS,)}  # contenders measured in some scenarios only
 
 
 def run_worker(spec: Dict[str, Any]) -> int:
@@ -866,6 +936,8 @@ class BrokerRun:
         for scenario in self.args.scenarios:
             n = min(self.args.preflight_n, self.count_of(scenario))
             for key, backend in self.contenders:
+                if scenario not in ONLY_IN.get(key, (scenario,)):
+                    continue
                 m = self.one(scenario, key, backend, n, 0)
                 if not m.ok:
                     raise Failure(self.failures[-1])
@@ -880,6 +952,8 @@ class BrokerRun:
                 k = rnd % len(self.contenders)
                 order = self.contenders[k:] + self.contenders[:k]
                 for key, backend in order:
+                    if scenario not in ONLY_IN.get(key, (scenario,)):
+                        continue
                     m = self.one(scenario, key, backend, n, rnd + 1)
                     self.measurements.append(m)
                     if m.ok:
@@ -975,7 +1049,8 @@ def print_table(run: BrokerRun, labels: List[str], stat: str) -> None:
             s = sums.get((scenario, label))
             name = "%d %s" % (scenario, SCENARIOS[scenario])
             if s is None or not s.reps:
-                print("%-18s %-18s %10s" % (name, contender_label(label), "FAILED" if s else "not run"))
+                if scenario in ONLY_IN.get(label, (scenario,)):
+                    print("%-18s %-18s %10s" % (name, contender_label(label), "FAILED" if s else "not run"))
                 continue
             above = None if raw is None or raw.cpu(stat) is None else s.cpu(stat) - raw.cpu(stat)
             vs = None if raw is None or raw.rate(stat) is None else 100.0 * s.rate(stat) / raw.rate(stat)
@@ -1031,6 +1106,17 @@ def evaluate_targets(run: BrokerRun, labels: List[str], stat: str) -> List[Dict[
                 "%s throughput vs raw, %d %s" % (label, scenario, SCENARIOS[scenario]),
                 "not measured" if value is None else "%.1f%%" % value,
                 "target >= 90%" if primary else "target >= 90%, not judged", value)
+    floor, raw = sums.get((RECEIPTS, "aiofloor")), sums.get((RECEIPTS, "raw"))
+    if floor is not None and floor.reps and raw is not None and raw.reps:
+        value = 100.0 * floor.rate(stat) / raw.rate(stat)
+        add("INFO", "asyncio floor throughput vs raw, 2 %s" % SCENARIOS[RECEIPTS], "%.1f%%" % value,
+            "the stock asyncio loop's own limit", value)
+        for label in ours:
+            s = sums.get((RECEIPTS, label))
+            if s is not None and s.reps:
+                value = 100.0 * s.rate(stat) / floor.rate(stat)
+                add("INFO", "%s throughput vs asyncio floor, 2 %s" % (label, SCENARIOS[RECEIPTS]),
+                    "%.1f%%" % value, "no target", value)
     for scenario in run.args.scenarios:
         s, raw = sums.get((scenario, "stomppy")), sums.get((scenario, "raw"))
         if s is None or not s.reps or raw is None or not raw.reps:
@@ -1200,6 +1286,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--preflight-n", type=int, default=1000,
                    help="messages per contender and scenario in the correctness pass (default 1000)")
     p.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the broker warm-up")
+    p.add_argument("--no-floor", action="store_true",
+                   help="leave out the asyncio floor (scenario 2: the least an asyncio client can do)")
     p.add_argument("--login", default="guest")
     p.add_argument("--passcode", default="guest")
     p.add_argument("--rabbitmq-port", type=int, help="RabbitMQ STOMP port (default 61613)")
@@ -1250,6 +1338,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     contenders: List[Tuple[str, str]] = [("ours", b) for b in args.backends] + [("stomppy", ""), ("raw", "")]
     labels = ["stompfast/" + b for b in args.backends] + ["stomppy", "raw"]
+    if RECEIPTS in args.scenarios and not args.no_floor:
+        contenders.append(("aiofloor", ""))
+        labels.append("aiofloor")
     env = environment()
     print("stompfast end-to-end client comparison  (%s; %s, %s CPUs)"
           % (env["python"], env["cpu"], env["cpus"]))

@@ -68,6 +68,11 @@ class SessionState(enum.Enum):
     CLOSED = "closed"  # DISCONNECT confirmed, or the connection ended
     FAILED = "failed"  # ERROR received or a protocol fault: the connection is unusable
 
+    # Enum's own __hash__ is a Python function (hash of the name); members are
+    # singletons compared by identity, so the C identity hash is equivalent and
+    # keeps the TRANSITIONS lookups off the per-frame path's profile.
+    __hash__ = object.__hash__
+
 
 S = SessionState
 #: (state, what happens) -> next state. "what happens" is an outbound command
@@ -709,7 +714,8 @@ class StompProtocol:
                     )
                 )
             elif command == "RECEIPT":
-                self._move("<RECEIPT")
+                if self._state is not connected:  # CONNECTED stays CONNECTED
+                    self._move("<RECEIPT")
                 receipt_id = frame[1].get("receipt-id")
                 if receipt_id is None:
                     self.state = SessionState.FAILED

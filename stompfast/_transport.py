@@ -149,6 +149,48 @@ class _Protocol:
             self.reader.set_result(None)
 
 
+_buffered_protocol_class: Any = None
+
+
+def _buffered_protocol() -> Any:
+    """:class:`_Protocol` as an ``asyncio.BufferedProtocol``: the loop reads into one reused buffer.
+
+    A plain protocol gets a fresh ``bytes`` per read, which asyncio allocates at
+    the full read size (256 KiB) and then shrinks: an ``mmap``, an ``mremap`` and
+    a ``munmap`` per read, plus page faults on big reads. Here the loop calls
+    ``recv_into`` on one preallocated buffer. In push mode the received bytes go to
+    ``on_data`` as a memoryview valid for that call only (both scanners copy what
+    they keep; the view is released afterwards, so a leak would fail loudly rather
+    than read bytes the next read overwrote); queued chunks are copied to bytes.
+    """
+    global _buffered_protocol_class
+    if _buffered_protocol_class is None:
+        import asyncio
+
+        class _BufferedProtocol(_Protocol, asyncio.BufferedProtocol):
+            def __init__(self) -> None:
+                super().__init__()
+                self._buffer = bytearray(READ_SIZE)
+                self._view = memoryview(self._buffer)
+
+            def get_buffer(self, sizehint: int) -> memoryview:
+                return self._view
+
+            def buffer_updated(self, nbytes: int) -> None:
+                on_data = self.on_data
+                if on_data is None:
+                    self.data_received(bytes(self._view[:nbytes]))
+                    return
+                view = self._view[:nbytes]
+                try:
+                    on_data(view)
+                finally:
+                    view.release()
+
+        _buffered_protocol_class = _BufferedProtocol
+    return _buffered_protocol_class
+
+
 class AsyncioTransport:
     """A connected asyncio transport with the interface of :class:`Transport`."""
 
@@ -282,11 +324,12 @@ async def _open_asyncio(
     import asyncio
 
     loop = asyncio.get_running_loop()
+    factory = _buffered_protocol()
     if ssl_context is None:
-        transport, protocol = await loop.create_connection(_Protocol, host, port)
+        transport, protocol = await loop.create_connection(factory, host, port)
     else:
         transport, protocol = await loop.create_connection(
-            _Protocol, host, port, ssl=ssl_context, server_hostname=server_hostname or host
+            factory, host, port, ssl=ssl_context, server_hostname=server_hostname or host
         )
     return AsyncioTransport(transport, protocol, peer)
 
