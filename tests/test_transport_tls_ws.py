@@ -351,3 +351,31 @@ async def test_wss_round_trip(server_ctx, client_ctx):
         with pytest.raises(TLSError):
             async with AsyncClient(bridge.url(), heart_beat=(0, 0)):
                 pass
+
+
+def test_asyncio_reads_land_in_one_reused_buffer_and_the_view_does_not_outlive_the_call():
+    # asyncio hands the plain-TCP and TLS protocol one preallocated buffer per read
+    # (recv_into) instead of a fresh 256 KiB bytes object.
+    import asyncio
+
+    from stompfast._transport import READ_SIZE, _buffered_protocol
+
+    proto = _buffered_protocol()()
+    assert isinstance(proto, asyncio.BufferedProtocol)
+    buf = proto.get_buffer(-1)
+    assert len(buf) == READ_SIZE and proto.get_buffer(-1) is buf  # the same buffer every read
+
+    # pull mode (before the client switches to push): chunks are copied out as bytes
+    buf[:5] = b"SEND\n"
+    proto.buffer_updated(5)
+    buf[:3] = b"xyz"  # the next read overwrites the buffer
+    assert list(proto.chunks) == [b"SEND\n"] and type(proto.chunks[0]) is bytes
+
+    # push mode: the callback sees exactly the bytes read, as a view released after the call
+    seen = []
+    proto.on_data = lambda data: seen.append((bytes(data), data))
+    buf[:4] = b"abcd"
+    proto.buffer_updated(4)
+    assert seen[0][0] == b"abcd"
+    with pytest.raises(ValueError):  # kept past the call: fails loudly, never reads stale bytes
+        bytes(seen[0][1])
