@@ -213,7 +213,9 @@ class AsyncClient:
         connect_headers: extra CONNECT headers (e.g. ``{"client-id": "app-1"}``).
         connect_timeout: seconds for TCP connect plus CONNECTED (ConnectTimeout).
         use_stomp_command: send ``STOMP`` instead of ``CONNECT`` (1.1+ brokers).
-        send_buffer_bytes: queued outgoing bytes beyond which ``send`` waits.
+        send_buffer_bytes: unwritten outgoing bytes beyond which ``send`` waits
+            (a burst is written out every 256 KiB on asyncio, so this is reached
+            only when the socket does not keep up).
         stall_timeout: seconds the reader may be stopped by a full subscription
             before pending receipts fail with FlowControlError.
         disconnect_timeout: seconds to wait for the DISCONNECT receipt on close.
