@@ -957,14 +957,24 @@ class AsyncClient:
 
         A burst of sends never yields on its own, so without this the queue would
         grow to ``send_buffer_bytes`` before the writer task got a turn. While the
-        writer is busy (the socket is full) frames are queued up to
-        ``send_buffer_bytes``, and then ``send`` waits.
+        writer is busy (the socket is full) the sender waits for it to take the
+        queue, so on asyncio at most about two marks' worth is held, one being
+        written and one queued.
         """
         await self._write(data)
-        if not self._writing and self._out:
+        if self._writing:
+            # The writer task waits for the socket (the broker is slower than we
+            # are): wait until it takes this queue rather than queue up to
+            # send_buffer_bytes, which only costs memory and page faults.
+            while self._writing and self._out_bytes >= self._write_through_bytes and self._error is None:
+                if self._drained is None:
+                    self._drained = anyio.Event()
+                await self._drained.wait()
+            return
+        if self._out:
             self._flush_now()  # asyncio: straight into the socket, no task switch
             if self._out:
-                await anyio.lowlevel.checkpoint()  # elsewhere: the writer's turn
+                await anyio.lowlevel.checkpoint()  # elsewhere, or a full socket: the writer's turn
 
     async def _writer(self) -> None:
         transport = self._transport

@@ -319,6 +319,79 @@ async def test_a_long_burst_of_sends_is_written_through_not_queued_to_the_buffer
                         assert msg.body[:6] == b"%06d" % i
 
 
+async def test_a_burst_into_a_peer_that_stops_reading_waits_instead_of_queueing_to_the_limit():
+    # The peer (a plain socket in a thread, small receive buffer) reads nothing for a
+    # while: the socket and the loop's buffer fill, the writer task waits on the socket,
+    # and send must then wait too: on asyncio once the write-through mark is queued,
+    # elsewhere at send_buffer_bytes. When the peer reads again every frame arrives, in
+    # order.
+    import socket
+    import threading
+
+    from stompfast._client import WRITE_THROUGH_BYTES
+
+    limit = 2 * 1024 * 1024
+    body = b"z" * 1000
+    count = 8000  # 8 MB: far more than the socket buffers hold
+    reading = threading.Event()
+    received = bytearray()
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)  # inherited: no autotuning
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def peer():
+        conn, _ = listener.accept()
+        with conn:
+            data = b""
+            while b"\x00" not in data:
+                data += conn.recv(65536)
+            conn.sendall(b"CONNECTED\nversion:1.2\nheart-beat:0,0\n\n\x00")
+            reading.wait(WAIT * 2)
+            received.extend(data[data.index(b"\x00") + 1:])
+            while received.count(b"SEND\n") < count or not received.rstrip(b"\n").endswith(b"\x00"):
+                chunk = conn.recv(1 << 20)
+                if not chunk:
+                    break
+                received.extend(chunk)
+            conn.sendall(b"RECEIPT\nreceipt-id:bye\n\n\x00")  # whatever DISCONNECT's id, close at once
+
+    thread = threading.Thread(target=peer, daemon=True)
+    thread.start()
+    try:
+        c = AsyncClient(f"stomp://127.0.0.1:{listener.getsockname()[1]}/", heart_beat=(0, 0), reconnect=False,
+                        send_buffer_bytes=limit, disconnect_timeout=0.2)
+        async with c:
+            asyncio_transport = not hasattr(c._transport, "_stream")
+            peak = 0
+            blocked = 0
+
+            async def produce():
+                nonlocal peak, blocked
+                for i in range(count):
+                    before = anyio.current_time()
+                    await c.send("/queue/slow", b"%06d" % i + body)
+                    if anyio.current_time() - before > 0.1:
+                        blocked += 1
+                    peak = max(peak, c._out_bytes)
+
+            with anyio.fail_after(WAIT * 2):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(produce)
+                    await anyio.sleep(0.5)  # the peer is not reading
+                    reading.set()
+            bound = WRITE_THROUGH_BYTES if asyncio_transport else limit
+            assert peak <= bound + len(body) + 100, (peak, bound)
+            assert blocked >= 1  # send waited while the peer was not reading
+            await anyio.to_thread.run_sync(thread.join, WAIT)
+    finally:
+        reading.set()
+        listener.close()
+    frames = [f for f in bytes(received).split(b"\x00") if f.strip(b"\n").startswith(b"SEND")]
+    assert len(frames) == count
+    assert [f[f.index(b"\n\n") + 2:][:6] for f in frames] == [b"%06d" % i for i in range(count)]
+
+
 # -- subscriptions -----------------------------------------------------------------------------
 
 
