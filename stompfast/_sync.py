@@ -45,6 +45,7 @@ from many threads at once are safe because the loop runs them one at a time.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import functools
 import logging
@@ -72,6 +73,7 @@ from typing import (
 )
 
 import anyio
+import sniffio
 from anyio.from_thread import BlockingPortal
 
 from ._client import AsyncClient, AsyncTransaction, Receipt
@@ -113,6 +115,17 @@ def _check_timeout(timeout: Optional[float]) -> Optional[float]:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
         raise ConfigurationError(f"timeout must be None or a number of seconds >= 0, not {timeout!r}")
     return float(timeout)
+
+
+# How often a sync call handed to an asyncio loop checks that the loop still runs.
+_LOOP_CHECK_INTERVAL = 1.0
+
+
+def _running_asyncio_loop() -> Any:
+    """The running asyncio loop, or None under another backend (trio)."""
+    if sniffio.current_async_library() != "asyncio":
+        return None
+    return asyncio.get_running_loop()
 
 
 async def _bounded(
@@ -630,6 +643,7 @@ class Client:
             )
         self._portal = blocking
         self._loop_thread_id: Optional[int] = None
+        self._aio_loop: Any = None  # the asyncio loop the portal runs (None on trio)
         build = functools.partial(
             AsyncClient,
             url,
@@ -657,8 +671,8 @@ class Client:
         )
         try:
             # The async client makes anyio primitives, which belong to the loop: build it there.
-            self._async, self._closing, self._loop_thread_id = self._wait(
-                self._spawn(lambda: (build(), anyio.Event(), threading.get_ident()))
+            self._async, self._closing, self._loop_thread_id, self._aio_loop = self._wait(
+                self._spawn(lambda: (build(), anyio.Event(), threading.get_ident(), _running_asyncio_loop()))
             )
         except BaseException:
             if self._owner is not None:
@@ -699,10 +713,51 @@ class Client:
         timeout: Optional[float] = None,
         on_timeout: Optional[Callable[[], BaseException]] = None,
     ) -> Any:
-        """Run ``fn()`` in the loop, bounded by ``timeout`` there, and return its result here."""
+        """Run ``fn()`` in the loop, bounded by ``timeout`` there, and return its result here.
+
+        On asyncio the call is a plain task made with ``run_coroutine_threadsafe``:
+        one hand-over into the loop and one back. anyio's ``start_task_soon`` first
+        waits for the loop to start a task in the portal's task group (a round trip
+        of its own), which made a sync round trip (a receipt, a receive) cost ~3x
+        stomp.py's CPU. The task is not in that task group; what ends it is what
+        ends any call: its result, the client failing or closing (the async client
+        fails its waiters), or the loop shutting down, which cancels every task.
+        """
         if timeout is not None:
             assert on_timeout is not None
-        return self._wait(self._spawn(_bounded, fn, timeout, on_timeout))
+        loop = self._aio_loop
+        if loop is None:
+            return self._wait(self._spawn(_bounded, fn, timeout, on_timeout))
+        if self._loop_thread_id == threading.get_ident():
+            raise RuntimeError("a sync Client cannot be called from its own event loop thread; use AsyncClient there")
+        if not loop.is_running():
+            raise ClientClosedError("the client is closed (its event loop has stopped)")
+        coro = _bounded(fn, timeout, on_timeout)
+        try:
+            future = asyncio.run_coroutine_threadsafe(coro, loop)
+        except RuntimeError:  # the loop closed just now
+            coro.close()
+            raise ClientClosedError("the client is closed (its event loop has stopped)") from None
+        return self._wait_on_loop(future, loop)
+
+    @staticmethod
+    def _wait_on_loop(future: "concurrent.futures.Future[Any]", loop: Any) -> Any:
+        """:meth:`_wait` for a task handed to ``loop`` directly: a loop that ends before running it ends the wait."""
+        while True:
+            try:
+                return future.result(_LOOP_CHECK_INTERVAL)
+            except concurrent.futures.CancelledError:
+                raise ClientClosedError("the client's event loop stopped while waiting") from None
+            except BaseException as exc:
+                if future.done():
+                    raise  # the call's own outcome (its timeouts included)
+                if isinstance(exc, TimeoutError):  # only this wait's check interval
+                    if loop.is_closed():  # the loop stopped before it ever ran the task
+                        future.cancel()
+                        raise ClientClosedError("the client's event loop stopped while waiting") from None
+                    continue
+                future.cancel()  # interrupted here (KeyboardInterrupt): cancel the call in the loop too
+                raise
 
     # -- sends without a receipt ----------------------------------------------------------
 

@@ -1033,3 +1033,59 @@ def test_queued_acks_are_written_before_the_unsubscribe(client, broker):
     unsubscribe = [i for i, f in enumerate(broker.received) if f.command == "UNSUBSCRIBE"]
     last_ack = max(i for i, f in enumerate(broker.received) if f.command == "ACK")
     assert unsubscribe and last_ack < unsubscribe[0]
+
+
+# -- the direct hand-over into an asyncio loop (Client._call) ------------------------------------------
+
+
+def test_waiting_calls_on_asyncio_are_handed_to_the_loop_directly(client, broker, backend):
+    # On asyncio a waiting call is one task made with run_coroutine_threadsafe, not a
+    # task spawned through the portal's task group (which costs a round trip more).
+    import asyncio
+
+    if backend[0] != "asyncio":
+        assert client._aio_loop is None
+        return
+    assert isinstance(client._aio_loop, asyncio.AbstractEventLoop)
+    spawned = []
+    real_spawn = client._spawn
+    client._spawn = lambda *a: spawned.append(a) or real_spawn(*a)  # type: ignore[method-assign]
+    future = client.send("/queue/direct", b"x", receipt=True, timeout=WAIT)
+    assert future.done() and spawned == []
+    assert broker.queue_depth("/queue/direct") == 1
+
+
+def test_a_direct_wait_ends_when_the_loop_closed_before_running_the_call(monkeypatch):
+    # The loop stopped between the check and the hand-over: the task never runs, and
+    # the caller is told the client is closed instead of waiting forever.
+    import asyncio
+
+    import stompfast._sync as sync_module
+
+    monkeypatch.setattr(sync_module, "_LOOP_CHECK_INTERVAL", 0.02)
+    loop = asyncio.new_event_loop()
+    loop.close()
+    never: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
+    started = time.monotonic()
+    with pytest.raises(ClientClosedError):
+        Client._wait_on_loop(never, loop)
+    assert time.monotonic() - started < WAIT
+    assert never.cancelled()
+
+
+def test_a_direct_wait_raises_the_calls_own_timeout_as_it_is():
+    # ReceiptTimeout is a TimeoutError, like the wait's own check interval: it must come
+    # out as the call's outcome, not be mistaken for the interval.
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    try:
+        done: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
+        done.set_exception(ReceiptTimeout("no RECEIPT within 1 s", timeout=1.0))
+        with pytest.raises(ReceiptTimeout):
+            Client._wait_on_loop(done, loop)
+        ok: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
+        threading.Timer(0.05, ok.set_result, ("value",)).start()
+        assert Client._wait_on_loop(ok, loop) == "value"
+    finally:
+        loop.close()
