@@ -971,10 +971,9 @@ class AsyncClient:
                     self._drained = anyio.Event()
                 await self._drained.wait()
             return
+        self._flush_now()  # asyncio: straight into the socket, no task switch
         if self._out:
-            self._flush_now()  # asyncio: straight into the socket, no task switch
-            if self._out:
-                await anyio.lowlevel.checkpoint()  # elsewhere, or a full socket: the writer's turn
+            await anyio.lowlevel.checkpoint()  # elsewhere, or a full socket: the writer's turn
 
     async def _writer(self) -> None:
         transport = self._transport
@@ -1278,54 +1277,37 @@ class AsyncClient:
         if self._error is not None or self._state != "open":
             await self._ensure_open()
         if type(body) is bytes and headers is None and content_type is None and not receipt:
-            # The hot path (a plain SEND, nothing to wait for): queue it inline.
-            data = self._protocol.send_plain(destination, body)
-            if self._out_bytes < self._write_through_bytes:
-                out = self._out
-                out.append(data)
-                self._out_bytes += len(data)
-                if len(out) == 1:
-                    self._wakeup.set()
-            else:
-                await self._write_through(data)
-            return None
-        if type(body) is not bytes:
-            if isinstance(body, str):
-                body = body.encode("utf-8")
-                if content_type is None:
-                    content_type = TEXT_CONTENT_TYPE
-            elif isinstance(body, (bytes, bytearray, memoryview)):
-                body = bytes(body)
-            else:
-                raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
-        data, receipt_id = self._protocol.send(destination, body, headers, content_type=content_type, receipt=receipt)
-        if receipt_id is None:
-            if self._out_bytes < self._write_through_bytes:  # _queue, inlined
-                out = self._out
-                out.append(data)
-                self._out_bytes += len(data)
-                if len(out) == 1:
-                    self._wakeup.set()
-            else:
-                await self._write_through(data)
-            return None
+            data = self._protocol.send_plain(destination, body)  # the hot path: a plain SEND
+        else:
+            if type(body) is not bytes:
+                if isinstance(body, str):
+                    body = body.encode("utf-8")
+                    if content_type is None:
+                        content_type = TEXT_CONTENT_TYPE
+                elif isinstance(body, (bytes, bytearray, memoryview)):
+                    body = bytes(body)
+                else:
+                    raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+            data, receipt_id = self._protocol.send(
+                destination, body, headers, content_type=content_type, receipt=receipt
+            )
+            if receipt_id is not None:
+                return await self._send_receipted(data, receipt_id, wait)
+        if self._out_bytes < self._write_through_bytes:  # _queue, inlined: the hot path
+            out = self._out
+            out.append(data)
+            self._out_bytes += len(data)
+            if len(out) == 1:
+                self._wakeup.set()
+        else:
+            await self._write_through(data)
+        return None
+
+    async def _send_receipted(self, data: bytes, receipt_id: str, wait: bool) -> Receipt:
         pending = self._register(receipt_id)
         if wait and not self._out and self._write_now(data):
             # Nothing queued ahead of it and the caller is about to block: write
             # it from this task (no writer wake-up, no extra loop iteration).
-            loop = self._loop
-            if loop is not None and not pending._done:
-                # Receipt.wait for its only waiter, inlined (one coroutine less per round trip)
-                waiter = loop.create_future()
-                pending._waiters = [waiter]
-                try:
-                    await waiter
-                finally:
-                    if not pending._done:  # cancelled
-                        pending._waiters = None
-                if pending._error is not None:
-                    raise _copy(pending._error)
-                return pending
             await pending.wait()
             return pending
         await self._write(data)

@@ -594,7 +594,7 @@ class StompProtocol:
             and self._subscriptions.get(message.subscription, "auto") != "auto"
         ):
             ack_id = message.ack_id
-            if ack_id is not None and self._wire_version == "1.2":
+            if ack_id is not None:
                 if "\\" in ack_id or ":" in ack_id or "\n" in ack_id or "\r" in ack_id:
                     ack_id = _escape_12(ack_id)  # ActiveMQ's ids hold ':'
                 return b"ACK\nid:%s\n\n\0" % ack_id.encode("utf-8")

@@ -202,7 +202,7 @@ class AsyncSubscription:
             and client._out_bytes < client._send_buffer_bytes
         ):  # the common ack: encode and queue, no await needed
             data = client._protocol.ack_plain(message)
-            out = client._out  # client._queue, inlined
+            out = client._out  # client._queue, inlined: calling it costs ~5% of a client-ack drain
             out.append(data)
             client._out_bytes += len(data)
             if len(out) == 1:

@@ -28,6 +28,7 @@ socket and these same classes; the plain TCP path is not touched by either.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import ssl
 from collections import deque
@@ -88,9 +89,6 @@ class _Protocol:
     """The asyncio protocol behind :class:`AsyncioTransport` (asyncio.Protocol's methods)."""
 
     def __init__(self) -> None:
-        import asyncio
-
-        self._asyncio = asyncio
         self.chunks: Deque[bytes] = deque()
         self.size = 0
         self.paused_reading = False
@@ -132,7 +130,7 @@ class _Protocol:
 
     def pause_writing(self) -> None:
         if self.drain is None or self.drain.done():
-            self.drain = self._asyncio.get_running_loop().create_future()
+            self.drain = asyncio.get_running_loop().create_future()
 
     def resume_writing(self) -> None:
         if self.drain is not None and not self.drain.done():
@@ -149,10 +147,7 @@ class _Protocol:
             self.reader.set_result(None)
 
 
-_buffered_protocol_class: Any = None
-
-
-def _buffered_protocol() -> Any:
+class _BufferedProtocol(_Protocol, asyncio.BufferedProtocol):
     """:class:`_Protocol` as an ``asyncio.BufferedProtocol``: the loop reads into one reused buffer.
 
     A plain protocol gets a fresh ``bytes`` per read, which asyncio allocates at
@@ -163,32 +158,24 @@ def _buffered_protocol() -> Any:
     they keep; the view is released afterwards, so a leak would fail loudly rather
     than read bytes the next read overwrote); queued chunks are copied to bytes.
     """
-    global _buffered_protocol_class
-    if _buffered_protocol_class is None:
-        import asyncio
 
-        class _BufferedProtocol(_Protocol, asyncio.BufferedProtocol):
-            def __init__(self) -> None:
-                super().__init__()
-                self._buffer = bytearray(READ_SIZE)
-                self._view = memoryview(self._buffer)
+    def __init__(self) -> None:
+        super().__init__()
+        self._view = memoryview(bytearray(READ_SIZE))
 
-            def get_buffer(self, sizehint: int) -> memoryview:
-                return self._view
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._view
 
-            def buffer_updated(self, nbytes: int) -> None:
-                on_data = self.on_data
-                if on_data is None:
-                    self.data_received(bytes(self._view[:nbytes]))
-                    return
-                view = self._view[:nbytes]
-                try:
-                    on_data(view)
-                finally:
-                    view.release()
-
-        _buffered_protocol_class = _BufferedProtocol
-    return _buffered_protocol_class
+    def buffer_updated(self, nbytes: int) -> None:
+        on_data = self.on_data
+        if on_data is None:
+            self.data_received(bytes(self._view[:nbytes]))
+            return
+        view = self._view[:nbytes]
+        try:
+            on_data(view)
+        finally:
+            view.release()
 
 
 class AsyncioTransport:
@@ -229,7 +216,7 @@ class AsyncioTransport:
                         f"connection to {self.peer} lost while reading: {_describe(protocol.error)}"
                     ) from protocol.error
                 return b""
-            protocol.reader = protocol._asyncio.get_running_loop().create_future()
+            protocol.reader = asyncio.get_running_loop().create_future()
             try:
                 await protocol.reader
             finally:
@@ -321,15 +308,12 @@ class WebSocketSpec:
 async def _open_asyncio(
     host: str, port: int, peer: str, ssl_context: Optional[ssl.SSLContext], server_hostname: Optional[str]
 ) -> AsyncioTransport:
-    import asyncio
-
     loop = asyncio.get_running_loop()
-    factory = _buffered_protocol()
     if ssl_context is None:
-        transport, protocol = await loop.create_connection(factory, host, port)
+        transport, protocol = await loop.create_connection(_BufferedProtocol, host, port)
     else:
         transport, protocol = await loop.create_connection(
-            factory, host, port, ssl=ssl_context, server_hostname=server_hostname or host
+            _BufferedProtocol, host, port, ssl=ssl_context, server_hostname=server_hostname or host
         )
     return AsyncioTransport(transport, protocol, peer)
 
@@ -342,8 +326,6 @@ async def _open_asyncio_ws(
     server_hostname: Optional[str],
     ws: WebSocketSpec,
 ) -> AsyncioTransport:
-    import asyncio
-
     from ._websocket import WebSocketLayer, _request, _url
 
     loop = asyncio.get_running_loop()

@@ -358,9 +358,9 @@ def test_asyncio_reads_land_in_one_reused_buffer_and_the_view_does_not_outlive_t
     # (recv_into) instead of a fresh 256 KiB bytes object.
     import asyncio
 
-    from stompfast._transport import READ_SIZE, _buffered_protocol
+    from stompfast._transport import READ_SIZE, _BufferedProtocol
 
-    proto = _buffered_protocol()()
+    proto = _BufferedProtocol()
     assert isinstance(proto, asyncio.BufferedProtocol)
     buf = proto.get_buffer(-1)
     assert len(buf) == READ_SIZE and proto.get_buffer(-1) is buf  # the same buffer every read
