@@ -350,7 +350,6 @@ class StompProtocol:
         self._next_tx = 0
         self._transactions: set = set()
         self.disconnect_receipt: Optional[str] = None
-        self.error: Optional[BaseException] = None
 
     # -- state -------------------------------------------------------------------
 
@@ -369,10 +368,10 @@ class StompProtocol:
             self.state = TRANSITIONS[(self.state, what)]
         except KeyError:
             if what.startswith("<"):
+                # the state the frame came in (not FAILED, which it causes)
+                error = RemoteProtocolError(f"the broker sent {what[1:]} while the session is {self.state.value}")
                 self.state = SessionState.FAILED
-                raise RemoteProtocolError(
-                    f"the broker sent {what[1:]} while the session is {self.state.value}"
-                ) from None
+                raise error from None
             raise LocalProtocolError(f"cannot send {what} while the session is {self.state.value}") from None
 
     def _check(self, what: str) -> None:
@@ -670,18 +669,26 @@ class StompProtocol:
 
         Heart-beat EOLs produce no event (the caller notes that bytes arrived).
 
+        An ERROR frame is the last event: STOMP says "the server MUST then close
+        the connection just after sending the ERROR frame", so the session is
+        failed, and whatever the broker sends after it (frames, bytes, even a
+        framing fault) is ignored, in this call and every later one. Events before
+        the ERROR are returned with it, never lost.
+
         Raises:
             RemoteProtocolError: the broker broke framing or the session rules;
-                the session is failed. ``frames`` on the exception are not lost:
-                their events were returned by earlier calls or are in ``events``
-                on the exception.
+                the session is failed. The events of the frames before the fault
+                are not lost: they are in ``events`` on the exception.
         """
+        if self._state is SessionState.FAILED:
+            return []  # after ERROR (or a fault) nothing the broker sends counts
         try:
             frames = self._scanner.feed(data)
         except RemoteProtocolError as exc:
-            events = self._events(exc.frames)
+            events = self._events(exc.frames)  # raises on its own fault, with its events
+            if events and type(events[-1]) is ErrorReceived:
+                return events  # the fault came after the broker's ERROR: ignored
             self.state = SessionState.FAILED
-            self.error = exc
             exc.events = events  # type: ignore[attr-defined]
             raise
         if not frames:
@@ -690,6 +697,15 @@ class StompProtocol:
 
     def _events(self, frames: List[Frame]) -> List[Event]:
         events: List[Event] = []
+        try:
+            self._append_events(frames, events)
+        except RemoteProtocolError as exc:
+            self.state = SessionState.FAILED
+            exc.events = events  # type: ignore[attr-defined]  # the frames before the fault
+            raise
+        return events
+
+    def _append_events(self, frames: List[Frame], events: List[Event]) -> None:
         append = events.append
         connected, disconnecting = SessionState.CONNECTED, SessionState.DISCONNECTING
         for frame in frames:
@@ -701,7 +717,6 @@ class StompProtocol:
                 headers = frame[1]
                 subscription = headers.get("subscription")
                 if subscription is None:
-                    self.state = SessionState.FAILED
                     raise RemoteProtocolError(f"the broker sent a MESSAGE without a subscription header: {frame!r}")
                 message_id = headers.get("message-id")
                 append(
@@ -718,7 +733,6 @@ class StompProtocol:
                     self._move("<RECEIPT")
                 receipt_id = frame[1].get("receipt-id")
                 if receipt_id is None:
-                    self.state = SessionState.FAILED
                     raise RemoteProtocolError("the broker sent a RECEIPT without a receipt-id header")
                 if receipt_id == self.disconnect_receipt:
                     self.state = SessionState.CLOSED
@@ -729,13 +743,10 @@ class StompProtocol:
             elif command == "ERROR":
                 connecting = self.state is SessionState.CONNECTING
                 self._move("<ERROR")
-                error = self._server_error(frame, connecting)
-                self.error = error
-                append(ErrorReceived(error))
+                append(ErrorReceived(self._server_error(frame, connecting)))
+                return  # the connection ends here: later frames are ignored
             else:
-                self.state = SessionState.FAILED
                 raise RemoteProtocolError(f"the broker sent a {command} frame, which only clients send")
-        return events
 
     def _connected(self, frame: Frame) -> Connected:
         headers = frame[1]

@@ -563,9 +563,9 @@ cdef class FrameScanner:
         cdef Py_buffer view
         cdef list frames = []
         if self._failed is not None:
+            message, offset = self._failed
             raise RemoteProtocolError(
-                f"the scanner failed earlier and cannot resynchronise: {self._failed}",
-                offset=self._failed.offset, frames=[])
+                f"the scanner failed earlier and cannot resynchronise: {message}", offset=offset, frames=[])
         try:
             PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
         except BufferError:  # the same error as the pure scanner gives
@@ -574,9 +574,12 @@ cdef class FrameScanner:
             self._feed(<const char*>view.buf, view.len, frames)
         except RemoteProtocolError as exc:
             exc.frames = frames
-            self._failed = exc
-            self._len = 0
-            self._drop_body()
+            # Keep the text, not the exception (its traceback would hold this scanner
+            # in a reference cycle), and give the buffers back: a failed scanner
+            # reads nothing more, and a peer that sent a frame up to max_frame_bytes
+            # must not cost that much memory per failed session.
+            self._failed = (str(exc), exc.offset)
+            self._release()
             raise
         finally:
             PyBuffer_Release(&view)
@@ -667,6 +670,17 @@ cdef class FrameScanner:
         self._dcap = cap
         return 0
 
+    cdef void _release(self):
+        """Free every buffer (the scanner failed; it scans nothing more)."""
+        PyMem_Free(self._buf)
+        self._buf = NULL
+        self._len = self._cap = 0
+        PyMem_Free(self._tmp)
+        self._tmp = NULL
+        self._tmp_cap = 0
+        self._drop_body()
+        self._in_frame = False
+
     cdef inline void _drop_body(self):
         Py_XDECREF(self._dbody)
         self._dbody = NULL
@@ -678,6 +692,8 @@ cdef class FrameScanner:
         cdef char* grown
         if need > self._cap:
             cap = self._cap * 2 if self._cap else 1024
+            if cap > self._max_frame + 2:  # doubling past the limit would only hold waste
+                cap = self._max_frame + 2
             if cap < need:
                 cap = need
             grown = <char*>PyMem_Realloc(self._buf, cap)

@@ -182,7 +182,7 @@ class FrameScanner:
         self._lenient = bool(lenient)
         self._buf = bytearray()
         self._base = 0  # stream offset of _buf[0]
-        self._failed: Optional[RemoteProtocolError] = None
+        self._failed: Optional[Tuple[str, Optional[int]]] = None  # (message, offset) of the fault
         self._reset_frame()
 
     def _reset_frame(self) -> None:
@@ -238,10 +238,9 @@ class FrameScanner:
             LimitExceededError: a limit was exceeded (a RemoteProtocolError).
         """
         if self._failed is not None:
+            message, offset = self._failed
             raise RemoteProtocolError(
-                f"the scanner failed earlier and cannot resynchronise: {self._failed}",
-                offset=self._failed.offset,
-                frames=[],
+                f"the scanner failed earlier and cannot resynchronise: {message}", offset=offset, frames=[]
             )
         buf = self._buf
         frames: List[Frame] = []
@@ -263,8 +262,12 @@ class FrameScanner:
             consumed = self._scan_frames(buf, frames)
         except RemoteProtocolError as exc:
             exc.frames = frames
-            self._failed = exc
-            del buf[:]
+            # Keep the text, not the exception: its traceback would hold this
+            # scanner (and its owner) in a reference cycle. Give the buffer back:
+            # a failed scanner reads nothing more.
+            self._failed = (str(exc), exc.offset)
+            del buf[:]  # (the traceback's frames hold it too)
+            self._buf = bytearray()
             raise
         if consumed:
             del buf[:consumed]

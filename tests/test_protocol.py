@@ -431,6 +431,106 @@ def test_framing_fault_keeps_the_events_before_it():
     assert p.state is SessionState.FAILED
 
 
+def test_session_fault_mid_read_keeps_the_events_before_it():
+    # Not a framing fault but a session one (a client frame from the broker): the
+    # MESSAGE before it in the same read still reaches the caller.
+    p = connected()
+    p.subscribe("/q")
+    good = encode_frame("MESSAGE", {"subscription": "1", "message-id": "1", "destination": "/q"}, b"ok")
+    with pytest.raises(RemoteProtocolError) as info:
+        p.receive_data(good + encode_frame("SEND", {"destination": "/q"}))
+    (event,) = info.value.events
+    assert event.body == b"ok"
+    assert p.state is SessionState.FAILED
+
+
+def _one_read(p: StompProtocol, *tail: bytes) -> bytes:
+    """MESSAGE, RECEIPT (for a real receipt) and a broker ERROR, then ``tail``, as one read."""
+    _, rid = p.send("/q", b"", receipt=True)
+    return b"".join(
+        [
+            encode_frame("MESSAGE", {"subscription": "1", "message-id": "7", "destination": "/q"}, b"before"),
+            encode_frame("RECEIPT", {"receipt-id": rid}),
+            encode_frame("ERROR", {"message": "Invalid transaction id"}, b"tx9"),
+            *tail,
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        pytest.param([], id="nothing"),
+        pytest.param([encode_frame("MESSAGE", {"subscription": "1", "message-id": "8", "destination": "/q"})], id="message"),
+        pytest.param([encode_frame("RECEIPT", {"receipt-id": "r99"}), b"\n\n"], id="receipt"),
+        pytest.param([encode_frame("CONNECTED", {"version": "1.2"})], id="connected"),
+        pytest.param([b"BOGUS\n\n\x00"], id="framing-fault"),
+        pytest.param([b"MESSAGE\nsubscription:1\n\n" + b"x" * 1000], id="unfinished"),
+    ],
+)
+def test_error_in_one_read_delivers_what_came_before_and_ignores_what_follows(tail):
+    # ActiveMQ answers a bad SEND with ERROR and goes on delivering on the same
+    # connection: the MESSAGE and RECEIPT before the ERROR are events, the ERROR is
+    # reported as the broker's ServerError, and whatever follows is ignored, in
+    # this read and later ones.
+    p = connected()
+    p.subscribe("/q")
+    events = p.receive_data(_one_read(p, *tail))
+    assert [type(e) for e in events] == [Message, ReceiptReceived, ErrorReceived]
+    assert events[0].body == b"before"
+    assert type(events[2].error) is ServerError and "Invalid transaction id" in str(events[2].error)
+    assert p.state is SessionState.FAILED
+    more = encode_frame("MESSAGE", {"subscription": "1", "message-id": "9", "destination": "/q"})
+    assert p.receive_data(more) == [] and p.receive_data(b"garbage\x00") == []
+
+
+def test_error_answering_connect_followed_by_frames_is_the_authentication_error():
+    p = StompProtocol()
+    p.connect()
+    data = encode_frame("ERROR", {"message": "Bad CONNECT"}, b"Access refused") + encode_frame(
+        "MESSAGE", {"subscription": "1", "message-id": "1"}
+    )
+    (event,) = p.receive_data(data)
+    assert type(event.error) is AuthenticationError
+    assert p.receive_data(encode_frame("CONNECTED", {"version": "1.2"})) == []
+
+
+def test_a_second_connected_names_the_state_it_arrived_in():
+    p = connected()
+    with pytest.raises(RemoteProtocolError, match="CONNECTED while the session is connected"):
+        p.receive_data(encode_frame("CONNECTED", {"version": "1.2"}))
+    assert p.state is SessionState.FAILED
+
+
+@pytest.mark.parametrize("how", ["framing", "session", "error-frame"])
+def test_a_failed_session_is_freed_by_reference_counting(how):
+    # A failed session must not live on in a reference cycle (through the
+    # traceback of an exception it keeps) until a rare full collection: with
+    # reconnecting on, each one held up to max_frame_bytes of scanner buffer.
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        p = connected(max_frame_bytes=1024)
+        p.subscribe("/q")
+        alive = weakref.ref(p)
+        bad = {
+            "framing": b"MESSAGE\nsubscription:1\n\n" + b"x" * 5000,
+            "session": encode_frame("SEND", {"destination": "/q"}),
+            "error-frame": encode_frame("ERROR", {"message": "no"}),
+        }[how]
+        try:
+            p.receive_data(bad)
+        except RemoteProtocolError:
+            pass
+        assert p.state is SessionState.FAILED
+        del p
+        assert alive() is None
+    finally:
+        gc.enable()
+
+
 def test_rabbitmq_1_0_sessions_are_framed_with_1_1_escaping():
     # RabbitMQ escapes ':' as \c even on 1.0 and reads a raw backslash as an escape
     p = StompProtocol(versions=["1.0"])

@@ -979,6 +979,40 @@ def test_scanner_stays_failed_after_limit_error(impl):
     assert list(info.value.frames) == []
 
 
+@pytest.mark.parametrize(
+    "endless",
+    [
+        pytest.param(b"MESSAGE\nsubscription:1\n\n", id="body-without-nul"),
+        pytest.param(b"MESSAGE\ncontent-length:3000000\n\n", id="content-length-body"),
+        pytest.param(b"MESSAGE\nx:", id="header-line"),
+    ],
+)
+def test_failed_scanner_gives_its_buffer_back(impl, endless):
+    # A broker that sends a frame that never ends costs up to max_frame_bytes; a
+    # failed scanner reads nothing more, so that memory must be freed at once, not
+    # held as long as the scanner (or the session owning it) lives.
+    import tracemalloc
+
+    limit = 4 * 1024 * 1024
+    sc = impl.FrameScanner(max_frame_bytes=limit, max_header_bytes=limit)
+    chunk = b"y" * 65536
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        with pytest.raises(RemoteProtocolError) as info:  # over a limit, or no NUL after the body
+            sc.feed(endless)
+            for _ in range(2 * limit // len(chunk)):
+                sc.feed(chunk)
+        del info
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < limit // 8, f"a failed scanner still holds {held} bytes"
+    assert sc.buffered == 0
+    with pytest.raises(RemoteProtocolError, match="failed earlier"):
+        sc.feed(b"\n")
+
+
 def test_errors_are_stomp_errors(impl):
     sc = impl.FrameScanner()
     with pytest.raises(StompError):
