@@ -356,6 +356,7 @@ class AsyncClient:
         self._next_up: Optional[anyio.Event] = None  # becomes _up_event when the connection fails
         self._supervisor: Optional[anyio.CancelScope] = None
         self._transactions: Set["AsyncTransaction"] = set()
+        self._up_since = 0.0  # when the current session came up (anyio clock)
         #: how many times a lost session was re-established
         self.reconnects = 0
 
@@ -389,6 +390,18 @@ class AsyncClient:
     @property
     def is_connected(self) -> bool:
         return self._state == "open" and self._error is None
+
+    @property
+    def disconnect_timeout(self) -> float:
+        """Seconds closing may take: waiting for the DISCONNECT receipt (or an UNSUBSCRIBE's room to be queued).
+
+        Settable, e.g. to close faster when shutting down in a hurry.
+        """
+        return self._disconnect_timeout
+
+    @disconnect_timeout.setter
+    def disconnect_timeout(self, seconds: float) -> None:
+        self._disconnect_timeout = check_positive("disconnect_timeout", seconds)
 
     @property
     def error(self) -> Optional[BaseException]:
@@ -467,8 +480,14 @@ class AsyncClient:
             return tls
         return _ssl.create_default_context() if tls else None
 
-    async def _establish(self, *, first: bool) -> None:
-        """Try the broker list until one answers CONNECTED, per the reconnect policy."""
+    async def _establish(self, *, first: bool, streak: int = 0) -> int:
+        """Try the broker list until one answers CONNECTED, per the reconnect policy.
+
+        ``streak`` counts the failures before this call that the backoff goes on
+        from (sessions that died young; see ``ReconnectPolicy.stable_after``);
+        only this call's own failures count toward the attempt limit. Returns
+        the streak when a broker answered: ``streak`` plus this call's failures.
+        """
         policy = self._policy
         limit = policy.connect_attempts if first else policy.max_attempts
         failed = 0
@@ -485,15 +504,16 @@ class AsyncClient:
                     errors.append((endpoint, exc))
                     self._emit("connect_failed", endpoint, attempt=failed + 1, error=exc)
                     continue
+                self._up_since = anyio.current_time()
                 self._emit("connected", endpoint, attempt=failed + 1, reconnected=not first)
-                return
+                return streak + failed
             failed += 1
             if limit is not None and failed >= limit:
                 if len(errors) == 1:
                     raise errors[0][1]
                 summary = "; ".join(f"{ep.url}: {exc}" for ep, exc in errors)
                 raise ConnectError(f"no broker of {len(errors)} could be used: {summary}") from errors[-1][1]
-            delay = policy.delay(failed if first else failed + 1)  # the supervisor slept delay(1)
+            delay = policy.delay(failed if first else streak + failed + 1)  # the supervisor slept delay(streak + 1)
             self._emit("reconnecting", None, attempt=failed + 1, delay=delay, error=errors[-1][1])
             await anyio.sleep(delay)
 
@@ -686,14 +706,17 @@ class AsyncClient:
 
     async def _supervise(self) -> None:
         """Wait for the connection to fail; re-establish it; repeat (runs while the client is open)."""
+        streak = 0  # failed attempts in a row, sessions shorter than stable_after included
         while True:
             lost = self._lost
             assert lost is not None
             await lost.wait()
             error, dropped_frames, dropped_messages, aborted = self._lost_info
+            self._lost_info = ()
             if self._transport is not None:
                 with anyio.CancelScope(shield=True):
                     await self._transport.aclose()
+            uptime = anyio.current_time() - self._up_since
             self._emit(
                 "disconnected",
                 self.endpoint,
@@ -701,12 +724,21 @@ class AsyncClient:
                 dropped_frames=dropped_frames,
                 dropped_messages=dropped_messages,
                 aborted_transactions=aborted,
+                uptime=uptime,
             )
-            delay = self._policy.delay(1)
-            self._emit("reconnecting", None, attempt=1, delay=delay, error=error)
+            policy = self._policy
+            # A session that died young is one more failed attempt for the backoff,
+            # not a fresh start: a flapping broker sees the delay grow to max_delay.
+            # (The first session came from connect(), not from an attempt of ours.)
+            streak = streak + 1 if uptime < policy.stable_after and self.reconnects else 0
+            delay = policy.delay(streak + 1)
+            self._emit("reconnecting", None, attempt=streak + 1, delay=delay, error=error)
+            del error  # (nothing of a lost connection is kept while the next one runs)
             await anyio.sleep(delay)
             try:
-                await self._establish(first=False)
+                streak = await self._establish(first=False, streak=streak)
+            except ClientClosedError:
+                return  # closed while re-establishing (e.g. waiting for the re-sent SUBSCRIBEs)
             except _RETRYABLE as exc:
                 self._emit("gave_up", None, error=exc)
                 self._give_up(exc)
@@ -1072,7 +1104,8 @@ class AsyncClient:
                     await self._dispatch(events)
         except (ConnectionLostError, RemoteProtocolError) as exc:
             if self._transport is transport:
-                self._fail(exc)
+                # (without the traceback: its frames hold this connection's session)
+                self._fail(exc.with_traceback(None))
         finally:
             protocol.connection_lost()
             if self._error is not None:  # a dead connection: free the socket now
@@ -1147,7 +1180,7 @@ class AsyncClient:
                 early = getattr(exc, "events", None)
                 if early:
                     self._dispatch_now(early)
-                self._fail(exc)
+                self._fail(exc.with_traceback(None))  # its frames would keep the failed session alive
                 return
             if events:
                 full = self._dispatch_now(events)
@@ -1395,7 +1428,12 @@ class AsyncClient:
         del self._subs[sub.id]
         if self._error is None and self._state == "open" and self._protocol.state is SessionState.CONNECTED:
             data, _ = self._protocol.unsubscribe(sub.id)
-            await self._write(data)
+            # Bounded like DISCONNECT: a broker that stops reading (TCP flow control)
+            # must not hold the caller here; the subscription is gone locally anyway.
+            with anyio.move_on_after(self._disconnect_timeout):
+                await self._write(data)
+                return
+            log.debug("stompfast: UNSUBSCRIBE %r not queued within %g s", sub.id, self._disconnect_timeout)
 
     def _check_stale(self, command: str, message: Message) -> None:
         """Refuse an ACK/NACK of a message delivered on a connection that is gone (or going).
@@ -1413,7 +1451,11 @@ class AsyncClient:
 
     async def _ack(self, command: str, message: Message, transaction: Optional[str], receipt: bool) -> None:
         self._check_stale(command, message)
-        self._check_open()
+        if self._state != "reconnecting" or self._error is not None:
+            self._check_open()
+        # else: the message came on the new connection while it confirms the
+        # re-established subscriptions (a broker may deliver first): it is live, so
+        # the ACK goes out on it; only a lost connection's messages are stale.
         if command == "ACK":
             data, receipt_id = self._protocol.ack(message, transaction=transaction, receipt=receipt)
         else:

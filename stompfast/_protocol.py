@@ -364,15 +364,17 @@ class StompProtocol:
         self._allowed = _ALLOWED[state]
 
     def _move(self, what: str) -> None:
-        try:
-            self.state = TRANSITIONS[(self.state, what)]
-        except KeyError:
-            if what.startswith("<"):
-                # the state the frame came in (not FAILED, which it causes)
-                error = RemoteProtocolError(f"the broker sent {what[1:]} while the session is {self.state.value}")
-                self.state = SessionState.FAILED
-                raise error from None
-            raise LocalProtocolError(f"cannot send {what} while the session is {self.state.value}") from None
+        state = TRANSITIONS.get((self._state, what))
+        if state is not None:
+            self.state = state
+            return
+        # (raised outside any except block: a chained KeyError's traceback would hold this session)
+        if what.startswith("<"):
+            # named with the state the frame came in, not FAILED, which it causes
+            error = RemoteProtocolError(f"the broker sent {what[1:]} while the session is {self._state.value}")
+            self.state = SessionState.FAILED
+            raise error
+        raise LocalProtocolError(f"cannot send {what} while the session is {self._state.value}")
 
     def _check(self, what: str) -> None:
         if what not in self._allowed:

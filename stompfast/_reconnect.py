@@ -15,6 +15,13 @@ misconfigured URL fails at once rather than retrying forever where nobody
 sees it). After a session was established, a lost connection is retried
 ``max_attempts`` times (default ``None``: until it works or the client is
 closed; every try is reported to ``on_event``).
+
+A re-established session lost less than ``stable_after`` seconds after it came
+up counts as one more failed attempt for the backoff (not toward ``max_attempts``), so the
+delay does not start over: a flapping broker
+(CONNECTED, then ERROR or a reset right after SUBSCRIBE, every time) sees the
+delay grow to ``max_delay`` instead of a reconnect every ``initial_delay``. Only a
+session that lasted ``stable_after`` resets the count.
 """
 
 from __future__ import annotations
@@ -42,6 +49,9 @@ class ReconnectPolicy:
         jitter: fraction of the delay added or removed at random (0 to 1).
         randomize: shuffle the broker list before each attempt (ActiveMQ's
             ``randomize``); default False: the first URL is the primary.
+        stable_after: seconds a session must last for its loss to start the
+            backoff over (default 5); a shorter-lived session counts as a failed
+            attempt for the delay (not toward ``max_attempts``).
     """
 
     __slots__ = (
@@ -53,6 +63,7 @@ class ReconnectPolicy:
         "max_delay",
         "multiplier",
         "randomize",
+        "stable_after",
     )
 
     def __init__(
@@ -66,6 +77,7 @@ class ReconnectPolicy:
         multiplier: float = 2.0,
         jitter: float = 0.2,
         randomize: bool = False,
+        stable_after: float = 5.0,
     ) -> None:
         for name, value in (("max_attempts", max_attempts), ("connect_attempts", connect_attempts)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -82,6 +94,7 @@ class ReconnectPolicy:
             raise ConfigurationError(f"jitter must be a number from 0 to 1, not {jitter!r}")
         self.jitter = float(jitter)
         self.randomize = bool(randomize)
+        self.stable_after = check_positive("stable_after", stable_after)
 
     @classmethod
     def from_failover_options(cls, options: Dict[str, Any], base: "ReconnectPolicy") -> "ReconnectPolicy":
@@ -124,12 +137,14 @@ class ConnectionEvent:
     * ``"connected"``: ``url`` answered CONNECTED; the session is usable
       (``reconnected`` tells whether it replaced a lost one);
     * ``"connect_failed"``: that broker could not be used (``error`` says why);
-    * ``"disconnected"``: an established session was lost (``error``). Pending
-      receipts failed with it; ``dropped_frames`` queued frames were never
-      written and are gone; ``dropped_messages`` buffered messages of client-ack
-      subscriptions were discarded (the broker redelivers them);
-      ``aborted_transactions`` transactions were aborted;
+    * ``"disconnected"``: an established session was lost (``error``) after
+      ``uptime`` seconds. Pending receipts failed with it; ``dropped_frames``
+      queued frames were never written and are gone; ``dropped_messages``
+      buffered messages of client-ack subscriptions were discarded (the broker
+      redelivers them); ``aborted_transactions`` transactions were aborted;
     * ``"reconnecting"``: the next attempt starts in ``delay`` seconds;
+      ``attempt`` counts the failed attempts in a row, a session shorter than
+      the policy's ``stable_after`` included (so a flapping broker shows it);
     * ``"gave_up"``: no attempt is left: the client has failed with ``error``.
 
     ``url`` never contains a passcode.
@@ -144,6 +159,7 @@ class ConnectionEvent:
         "error",
         "kind",
         "reconnected",
+        "uptime",
         "url",
     )
 
@@ -159,6 +175,7 @@ class ConnectionEvent:
         dropped_frames: int = 0,
         dropped_messages: int = 0,
         aborted_transactions: int = 0,
+        uptime: Optional[float] = None,
     ) -> None:
         self.kind = kind
         self.url = url
@@ -169,6 +186,7 @@ class ConnectionEvent:
         self.dropped_frames = dropped_frames
         self.dropped_messages = dropped_messages
         self.aborted_transactions = aborted_transactions
+        self.uptime = uptime
 
     def __repr__(self) -> str:
         parts = [repr(self.kind)]
@@ -178,6 +196,8 @@ class ConnectionEvent:
             parts.append(f"attempt={self.attempt}")
         if self.delay is not None:
             parts.append(f"delay={self.delay:.3f}")
+        if self.uptime is not None:
+            parts.append(f"uptime={self.uptime:.3f}")
         if self.error is not None:
             parts.append(f"error={self.error!r}")
         return f"ConnectionEvent({', '.join(parts)})"

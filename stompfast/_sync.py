@@ -863,6 +863,23 @@ class Client:
         if self._fast_error is not None:
             self._raise_fast_error()
 
+    def _write_queued_before_closing(self, timeout: float) -> None:
+        """Let the queued receipt-less frames go out before a close, for at most ``timeout`` seconds.
+
+        A broker that stops reading (TCP flow control, as RabbitMQ applies in a
+        memory or disk alarm) must not hold a close for ever: what is still
+        queued then is dropped with the connection, and said so in the log.
+        """
+        try:
+            self._sync_fast(timeout)
+        except StompTimeout:
+            log.warning(
+                "stompfast: closing with %d queued frame(s) unwritten after %g s (the broker is not reading)",
+                len(self._fast), timeout,
+            )
+        except StompError:
+            pass  # the connection failed: they could not be written; close anyway
+
     def _raise_fast_error(self) -> None:
         error, self._fast_error = self._fast_error, None
         if error is not None:
@@ -916,6 +933,11 @@ class Client:
         return self._async.is_connected
 
     @property
+    def disconnect_timeout(self) -> float:
+        """Seconds ``close()`` may take in all (queued sends, then the DISCONNECT receipt)."""
+        return self._async.disconnect_timeout
+
+    @property
     def error(self) -> Optional[BaseException]:
         """What ended the connection, if it failed."""
         return self._async.error
@@ -956,23 +978,32 @@ class Client:
             raise
 
     def close(self) -> None:
-        """Disconnect (DISCONNECT and its receipt, bounded by ``disconnect_timeout``) and release everything.
+        """Disconnect (DISCONNECT and its receipt) and release everything, within ``disconnect_timeout``.
+
+        Queued receipt-less sends and acks are written first; the whole close,
+        those included, takes at most about ``disconnect_timeout`` even when the
+        broker stops reading (what is still queued then is dropped and logged).
 
         Joins the callback threads (a callback running now is finished first)
         and stops the loop thread when the client owns it. Idempotent, safe
         after a failure, callable from any thread but the loop's (including a
         callback's).
         """
-        try:
-            self._sync_fast(None)  # queued sends go out before DISCONNECT
-        except StompError:
-            pass  # the connection failed: they could not be written; close anyway
+        budget = self._async.disconnect_timeout
+        deadline = time.monotonic() + budget
+        if not self._closed:
+            self._write_queued_before_closing(budget)
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             for sub in self._callback_subs:
                 sub._stopping = True  # what a callback thread took but did not deliver yet is dropped
+        # One budget for the whole close: what the queued sends used of it is not
+        # waited for again on the DISCONNECT receipt.
+        remaining = deadline - time.monotonic()
+        if remaining < budget:
+            self._async.disconnect_timeout = max(remaining, 0.001)
         try:
             self._life.close()
         finally:
@@ -1381,13 +1412,18 @@ class Subscription:
         the callback itself). Idempotent and safe after a failure.
         """
         self._stopping = True
+        budget = self._client.disconnect_timeout  # bounds the whole close, like the client's
+        deadline = time.monotonic() + budget
+        self._client._write_queued_before_closing(budget)  # queued ACKs go out before the UNSUBSCRIBE
         try:
-            self._client._sync_fast(None)  # queued ACKs go out before the UNSUBSCRIBE
+            self._client._call(
+                self._async.aclose,
+                max(deadline - time.monotonic(), 0.001),
+                lambda: StompTimeout(f"UNSUBSCRIBE of {self.id!r} not queued within {budget:g} s"),
+            )
         except StompError:
-            pass
-        try:
-            self._client._call(self._async.aclose)
-        except StompError:  # the client is closed or the connection failed: the subscription is gone
+            # the client is closed, the connection failed, or the broker is not reading:
+            # either way the subscription is gone here (its aclose ran to its finally)
             pass
         finally:
             with self._lock:

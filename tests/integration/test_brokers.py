@@ -13,7 +13,7 @@ import os
 import anyio
 import pytest
 
-from stompfast import AsyncClient, AuthenticationError, LocalProtocolError, Message
+from stompfast import AsyncClient, AuthenticationError, LocalProtocolError, Message, ServerError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -220,3 +220,29 @@ async def test_activemq_1_2_ack_header_differs_from_message_id(broker, broker_ur
             msg = await receive(sub)
             assert msg.ack_id != msg.message_id and ":" in msg.ack_id
             await msg.ack(receipt=True)
+
+
+async def test_an_error_in_the_middle_of_a_busy_subscription_is_the_brokers_error(broker, broker_url, queue):
+    # ActiveMQ answers a SEND naming an unknown transaction with ERROR and keeps the
+    # connection and its MESSAGE flow open, so the ERROR arrives in one read with
+    # MESSAGEs before and after it. The messages before it must be delivered in
+    # order, the error raised must be the broker's (not "MESSAGE while the session
+    # is failed"), and nothing after it delivered. RabbitMQ closes after its ERROR.
+    total = 3000
+    async with client(broker_url, "1.2") as producer:
+        for i in range(total):
+            await producer.send(queue, b"%d" % i)
+        await producer.flush()
+    async with client(broker_url, "1.2") as consumer:
+        async with consumer.subscribe(queue, buffer_size=total) as sub:
+            first = await receive(sub)
+            assert first.body == b"0"
+            await consumer.send(queue, b"bad", headers={"transaction": "no-such-transaction"})
+            received = [first.body]
+            with anyio.fail_after(WAIT):
+                with pytest.raises(ServerError) as info:
+                    async for message in sub:
+                        received.append(message.body)
+            assert "transaction" in str(info.value).lower(), info.value
+            assert received == [b"%d" % i for i in range(len(received))]
+        assert isinstance(consumer.error, ServerError)
