@@ -215,6 +215,16 @@ def parse_urls(urls: Any) -> "tuple[list[Endpoint], dict[str, Any]]":
         raise ConfigurationError(f"broker URL must be a str or a list of them, not {type(urls).__name__}") from None
     if not items:
         raise ConfigurationError("the list of broker URLs is empty")
+    if len(items) > 1:
+        for number, item in enumerate(items, 1):
+            if isinstance(item, str) and not _SCHEME_PREFIX.match(item):
+                # a comma-separated list split by the caller (the Spark options do) cuts a
+                # passcode holding a ',' in two, "stomp://u:a" and "b@h": echo neither
+                raise ConfigurationError(
+                    f"ambiguous list of broker URLs: item {number} does not start with scheme://, as when"
+                    " a comma-separated list was split inside a login or passcode; percent-encode a ','"
+                    " in one (%2C)"
+                )
     endpoints = [item if isinstance(item, Endpoint) else parse_url(item) for item in items]
     return endpoints, {}
 

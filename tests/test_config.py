@@ -136,6 +136,14 @@ def test_a_comma_in_a_passcode_in_a_failover_list_is_ambiguous():
     assert [(e.host, e.passcode) for e in endpoints] == [("a", f"{LEFT},{RIGHT}"), ("b", None)]
 
 
+def test_a_comma_in_a_passcode_in_a_list_split_at_commas_is_ambiguous():
+    # the Spark options split "url" at commas: "stomp://guest:9137" would be a bad port
+    items = f"stomp://guest:{LEFT},{RIGHT}@a:61613,stomp://b:61613".split(",")
+    with pytest.raises(ConfigurationError, match="ambiguous.*%2C") as info:
+        parse_urls(items)
+    assert_hidden(str(info.value))
+
+
 def test_a_closing_parenthesis_in_a_passcode_in_a_failover_list():
     endpoints, options = parse_urls(f"failover:(stomp://guest:{LEFT}){RIGHT}@a:61613,stomp://b:61613)?randomize=false")
     assert [(e.host, e.passcode) for e in endpoints] == [("a", f"{LEFT}){RIGHT}"), ("b", None)]
