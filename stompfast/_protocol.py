@@ -41,6 +41,7 @@ __all__ = [
     "TRANSITIONS",
     "Connected",
     "ErrorReceived",
+    "MAX_HEART_BEAT_MS",
     "Message",
     "ReceiptReceived",
     "SessionState",
@@ -238,23 +239,45 @@ Event = Union[Connected, Message, ReceiptReceived, ErrorReceived]
 # -- arithmetic -----------------------------------------------------------------------
 
 
+#: The largest heart-beat interval taken from a broker, in ms (one hour): larger
+#: values are clamped to it. See :func:`negotiate_heart_beat`.
+MAX_HEART_BEAT_MS = 3_600_000
+
+
 def negotiate_heart_beat(client: Tuple[int, int], server: Optional[str]) -> Tuple[int, int]:
     """Negotiated ``(send_ms, receive_ms)`` from our ``heart-beat`` and the broker's header.
 
     STOMP 1.1 "Heart-beating": client to server, 0 if ``cx`` or ``sy`` is 0, else
     ``MAX(cx, sy)``; server to client, 0 if ``sx`` or ``cy`` is 0, else ``MAX(sx, cy)``.
     A missing header is "0,0".
+
+    The header is read strictly. STOMP 1.2: "When used, the heart-beat header MUST
+    contain two positive integers separated by a comma": each is one or more ASCII
+    digits (``0`` allowed, as the spec's own "0,0"), nothing else, so no sign,
+    space, ``_`` or non-ASCII digit (all of which ``int()`` would take). Anything
+    else is a :class:`~stompfast.RemoteProtocolError` naming the header. An empty
+    header is taken as a missing one ("0,0": no beats either way, the safe reading).
+
+    A broker value above :data:`MAX_HEART_BEAT_MS` (one hour) is clamped to it
+    rather than refused: the session is still usable, we beat at least hourly (the
+    spec's "at least every <n> milliseconds" is kept by beating more often), and
+    ``heart-beat:99999999999,1`` can no longer push the liveness deadline ~9.5 years
+    out. No broker beats less often than every few minutes (RabbitMQ's default is
+    60 s); an hour only bounds a mistaken or hostile header. Our own ``(cx, cy)``
+    are not clamped: they are the caller's choice.
     """
     cx, cy = client
     sx = sy = 0
     if server:
-        try:
-            a, b = server.split(",")
-            sx, sy = int(a), int(b)
-        except ValueError:
-            raise RemoteProtocolError(f"CONNECTED has an invalid heart-beat header {server!r}") from None
-        if sx < 0 or sy < 0:
-            raise RemoteProtocolError(f"CONNECTED has an invalid heart-beat header {server!r}")
+        parts = server.split(",")
+        if len(parts) != 2 or not all(part.isascii() and part.isdigit() for part in parts):
+            shown = repr(server) if len(server) <= 64 else f"{server[:64]!r}..."
+            raise RemoteProtocolError(
+                f"CONNECTED has an invalid heart-beat header {shown}: it must be two integers of ASCII digits"
+                " separated by a comma"
+            )
+        # at most 10 digits go through int(): anything longer is over the cap anyway
+        sx, sy = (min(int(part) if len(part) <= 10 else MAX_HEART_BEAT_MS, MAX_HEART_BEAT_MS) for part in parts)
     send = 0 if cx == 0 or sy == 0 else max(cx, sy)
     receive = 0 if sx == 0 or cy == 0 else max(sx, cy)
     return send, receive

@@ -456,8 +456,26 @@ def _tls_error(peer: str, exc: ssl.SSLError, hostname: str) -> TLSError:
 
 
 def _describe(exc: Optional[BaseException]) -> str:
+    """What went wrong, for a person: ``exc``'s ``strerror`` or message, else that of the OSError behind it.
+
+    On trio, anyio raises a ``BrokenResourceError`` with no message ``from`` the
+    ``ConnectionResetError``: the first OSError with a ``strerror`` along the
+    ``__cause__``/``__context__`` chain says what happened ("Connection reset by
+    peer"), as asyncio's exception does directly. Only the type's name is left
+    when nothing says more.
+    """
     if exc is None:
         return "the connection is closed"
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
-    return str(exc) or type(exc).__name__
+    message = str(exc)
+    if message:
+        return message
+    seen = {id(exc)}
+    link = exc.__cause__ or exc.__context__
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if isinstance(link, OSError) and link.strerror:
+            return link.strerror
+        link = link.__cause__ or link.__context__
+    return type(exc).__name__

@@ -71,32 +71,33 @@ class Failure(Exception):
 
 # -- masking ----------------------------------------------------------------------------
 
-# user:secret@ inside anything that looks like a URL, even one too broken to parse
-_URL_CREDENTIALS = re.compile(r"(?P<user>[\w.~%!$&'()*+,;=-]*):(?P<secret>[^@\s/]*)@")
-
-
 def mask(text: str, secrets: Sequence[str | None] = ()) -> str:
     """``text`` with every passcode in a URL and every known secret replaced by ``***``.
 
-    Secrets shorter than 3 characters are masked only inside URLs (replacing every
-    ``e`` of a message would make it unreadable and protect nothing).
+    URLs go through :func:`stompfast._config.redact_url` (the one redaction of
+    URLs as written, even ones too broken to parse): every word with an ``@``
+    after a ``//`` or a ``:`` has its userinfo replaced by ``***``. Secrets
+    shorter than 3 characters are masked only inside URLs (replacing every ``e``
+    of a message would make it unreadable and protect nothing).
     """
-    text = _URL_CREDENTIALS.sub(lambda m: f"{m['user']}:***@", text)
+    from ._config import redact_url
+
+    def redact(match: re.Match[str]) -> str:
+        word = match[0]
+        at = word.rfind("@")
+        return redact_url(word) if at > 0 and ("//" in word or ":" in word[:at]) else word
+
+    text = re.sub(r"\S+", redact, text)
     for secret in sorted({s for s in secrets if s and len(s) >= 3}, key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
 
 
 def display_url(host: str, port: int, login: str | None, passcode: str | None, vhost: str | None) -> str:
-    """The broker URL to show a person: the passcode is always ``***``."""
-    from urllib.parse import quote
+    """The broker URL to show a person: the passcode is always ``***`` (:meth:`Endpoint.masked_url`)."""
+    from ._config import Endpoint
 
-    user = ""
-    if login is not None or passcode is not None:
-        user = quote(login or "", safe="") + (":***" if passcode is not None else "") + "@"
-    host = f"[{host}]" if ":" in host else host
-    path = "/" if vhost in (None, "", "/") else "/" + quote(vhost, safe="")
-    return f"stomp://{user}{host}:{port}{path}"
+    return Endpoint(host, port, login=login, passcode=passcode, virtual_host=vhost).masked_url()
 
 
 def one_line(text: str, limit: int = 500) -> str:

@@ -257,6 +257,29 @@ def test_bad_url_is_a_usage_error(url: str) -> None:
     assert "topsecret" not in line
 
 
+@pytest.mark.parametrize("char", ["/", "#", "?", ",", "@", "[", "]", ")", ":"])
+@pytest.mark.parametrize("encoded", [False, True], ids=["raw", "encoded"])
+def test_no_error_line_shows_the_passcode(char: str, encoded: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    """In process, so that this checkout's code runs: parse errors (exit 2) and connect errors (exit 1)."""
+    from urllib.parse import quote
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    secret = f"9137{char}8642"
+    url = f"stomp://guest:{quote(secret, safe='') if encoded else secret}@127.0.0.1:{port}/"
+    code = cli.main(["send", "--url", url, "--connect-timeout", "5", "-q", "/queue/a", "x"])
+    line = capsys.readouterr().err.replace(str(port), "PORT")
+    assert line.startswith("stompfast: error: ") and line.count("\n") == 1, line
+    assert "9137" not in line and "8642" not in line, line
+    if not encoded and char in "/#?":
+        assert code == cli.EXIT_USAGE and "ambiguous" in line and "%2F" in line
+    elif not encoded and char in "[]":
+        assert code == cli.EXIT_USAGE and "%5B" in line
+    else:
+        assert code == cli.EXIT_FAILURE and "could not connect" in line
+
+
 def test_usage_errors_exit_2() -> None:
     line = assert_one_line_error(run("send", "/queue/a", "x", "--file", "y"), cli.EXIT_USAGE)
     assert "not both" in line
@@ -343,8 +366,10 @@ def test_wrong_password_real_rabbitmq() -> None:
 
 
 def test_mask() -> None:
-    assert cli.mask("in 'stomp://bob:s3cr3t@h:1/'") == "in 'stomp://bob:***@h:1/'"
-    assert cli.mask("stomp//bob:s3cr3t@h") == "stomp//bob:***@h"  # even in a URL too broken to parse
+    assert cli.mask("in 'stomp://bob:s3cr3t@h:1/'") == "in 'stomp://***@h:1/'"
+    assert cli.mask("stomp//bob:s3cr3t@h") == "stomp//***@h"  # even in a URL too broken to parse
+    assert cli.mask("in 'stomp://bob:s3/cr#3t@h:1/'") == "in 'stomp://***@h:1/'"  # up to the last '@'
+    assert cli.mask("at stomp://bob:***@h:1/ for bob@example.com") == "at stomp://bob:***@h:1/ for bob@example.com"
     assert cli.mask("denied: hunter2x", ["hunter2x", None, ""]) == "denied: ***"
     assert cli.mask("see the message", ["e"]) == "see the message"  # too short to mask outside URLs
     assert cli.display_url("h", 1, "bob", "s3cr3t", "/") == "stomp://bob:***@h:1/"

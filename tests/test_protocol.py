@@ -17,6 +17,7 @@ from stompfast._protocol import (
     SessionState,
     StompProtocol,
     TRANSITIONS,
+    MAX_HEART_BEAT_MS,
     negotiate_heart_beat,
 )
 from stompfast.errors import (
@@ -152,10 +153,49 @@ def test_heart_beat_negotiation_follows_the_spec(client, server, expected):
     assert negotiate_heart_beat(client, server) == expected
 
 
-@pytest.mark.parametrize("header", ["x", "1,2,3", "-1,0", "a,b"])
-def test_invalid_server_heart_beat_is_a_remote_error(header):
-    with pytest.raises(RemoteProtocolError):
+@pytest.mark.parametrize(
+    "header",
+    [
+        "x", "1,2,3", "-1,0", "a,b", ",", "1,", ",1",
+        # int() takes all of these; the spec's integers are ASCII digits only
+        "\u0663,1",  # ARABIC-INDIC DIGIT THREE
+        "1,\uff15",  # FULLWIDTH DIGIT FIVE
+        "\u00b2,1",  # SUPERSCRIPT TWO (str.isdigit() takes it, int() does not)
+        "1_000,0", "+5,0", "0,+5", " 5,0", "5 ,0", "5, 0", "5,0 ", "\t5,0", "5,0\n", "5.0,0", "0x10,0",
+    ],
+)
+def test_invalid_server_heart_beat_is_a_remote_error_naming_the_header(header):
+    with pytest.raises(RemoteProtocolError, match="heart-beat"):
         negotiate_heart_beat((1000, 1000), header)
+
+
+def test_a_long_invalid_heart_beat_header_is_shortened_in_the_message():
+    with pytest.raises(RemoteProtocolError) as info:
+        negotiate_heart_beat((1000, 1000), "1," + "x" * 10_000)
+    assert len(str(info.value)) < 300
+
+
+@pytest.mark.parametrize(
+    "header, expected",
+    [
+        ("99999999999,1", (1000, MAX_HEART_BEAT_MS)),  # was a liveness deadline ~9.5 years out
+        ("1,99999999999", (MAX_HEART_BEAT_MS, 1000)),
+        ("3600001,3600001", (MAX_HEART_BEAT_MS, MAX_HEART_BEAT_MS)),
+        ("3600000,3600000", (MAX_HEART_BEAT_MS, MAX_HEART_BEAT_MS)),
+        ("3599999,0", (0, 3599999)),
+        ("1" * 5000 + ",0", (0, MAX_HEART_BEAT_MS)),  # longer than int() converts by default
+        ("0010,0002", (1000, 1000)),  # leading zeros are still digits
+    ],
+)
+def test_server_heart_beat_above_the_cap_is_clamped(header, expected):
+    assert MAX_HEART_BEAT_MS == 3_600_000  # one hour, as documented
+    assert negotiate_heart_beat((1000, 1000), header) == expected
+
+
+def test_a_huge_server_heart_beat_no_longer_means_years_of_tolerated_silence():
+    p = connected(heart_beat=(1000, 1000), server_hb="99999999999,1")
+    assert p.receive_interval() == 3600.0
+    assert p.peer_silent_too_long(0.0, 3 * 3600.0 + 1, tolerance=3.0)
 
 
 def test_negotiated_heart_beat_is_exposed_and_silence_arithmetic():
