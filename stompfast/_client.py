@@ -1195,7 +1195,9 @@ class AsyncClient:
             if self._error is None and not (protocol.state is SessionState.CLOSED or self._state == "closing"):
                 peer = f"{self.endpoint.host}:{self.endpoint.port}"
                 if error is not None:
-                    self._fail(ConnectionLostError(f"connection to {peer} lost while reading: {_describe(error)}"))
+                    lost = ConnectionLostError(f"connection to {peer} lost while reading: {_describe(error)}")
+                    lost.__cause__ = error  # as `raise ... from` does on the pull path
+                    self._fail(lost)
                 else:
                     cut = " in the middle of a frame" if protocol.buffered else ""
                     self._fail(ConnectionLostError(f"{peer} closed the connection{cut}"))
