@@ -59,24 +59,36 @@ PUBLISH, RECEIPTS, DRAIN_AUTO, DRAIN_CLIENT = cc.PUBLISH, cc.RECEIPTS, cc.DRAIN_
 PREFETCH = cc.PREFETCH
 ALL_BROKERS = ("rabbitmq", "activemq", "null")
 # contender name -> (worker key, backend)
+# (for the blocking client the second field is how it consumes: the README's loop, a callback, a batch call)
 CONTENDERS: Dict[str, Tuple[str, str]] = {
-    "asyncio": ("ours", "asyncio"), "uvloop": ("ours", "uvloop"), "sync": ("sync", ""),
+    "asyncio": ("ours", "asyncio"), "uvloop": ("ours", "uvloop"), "sync": ("sync", "iterate"),
+    "sync-callback": ("sync", "callback"), "sync-batch": ("sync", "batch"),
     "stomppy": ("stomppy", ""), "stompman": ("stompman", ""), "raw": ("raw", ""),
 }
 LABELS = {"asyncio": "stompfast/asyncio", "uvloop": "stompfast/uvloop", "sync": "stompfast/sync",
+          "sync-callback": "sync callback=", "sync-batch": "sync receive_batch",
           "stomppy": "stomp.py", "stompman": "stompman", "raw": "raw socket"}
+SYNC_NAMES = ("sync", "sync-callback", "sync-batch")
 PRIMARY = "asyncio"
 # What a contender cannot do, per (contender, broker or "*", scenario): the reason, printed as n/a.
 NOT_APPLICABLE: Dict[Tuple[str, str, int], str] = {
     ("*", "null", LATENCY): "the null sink discards SENDs: nothing to consume",
+    **{(name, "*", s): "a way to consume: the sends are the sync row's"
+       for name in ("sync-callback", "sync-batch") for s in (PUBLISH, RECEIPTS)},
+    ("sync-batch", "*", LATENCY): "the latency row's consumer is the callback",
+    ("sync", "*", LATENCY): "the latency row's consumer is the callback (see sync callback=)",
 }
 # How a contender's measurement differs from the scenario's definition (printed under the table).
 NOTES: Dict[Tuple[str, int], str] = {
     ("stompman", DRAIN_CLIENT): "stompman cannot put a receipt on an ACK: its time ends when the last ACK is "
                                 "written (not confirmed); on a real broker the queue is checked empty afterwards",
-    ("sync", DRAIN_AUTO): "sync consumes with receive_batch(1000)",
-    ("sync", DRAIN_CLIENT): "sync consumes with receive_batch(1000), msg.ack() per message",
-    ("sync", LATENCY): "sync consumes with a callback= subscription (its own thread)",
+    ("sync", DRAIN_AUTO): "sync consumes as the README does: for msg in sub",
+    ("sync", DRAIN_CLIENT): "sync consumes as the README does: for msg in sub: msg.ack()",
+    ("sync-callback", DRAIN_AUTO): "sync callback=: subscribe(..., callback=fn), fn per message in its thread",
+    ("sync-callback", DRAIN_CLIENT): "sync callback=: fn calls msg.ack() per message",
+    ("sync-callback", LATENCY): "sync consumes with a callback= subscription (its own thread)",
+    ("sync-batch", DRAIN_AUTO): "sync receive_batch: receive_batch(1000) (an extra; the README loop is the sync row)",
+    ("sync-batch", DRAIN_CLIENT): "sync receive_batch: receive_batch(1000), msg.ack() per message",
 }
 
 
@@ -207,11 +219,44 @@ def worker_sync(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
         elif scenario in (DRAIN_AUTO, DRAIN_CLIENT):
             got: List[bytes] = []
             client_ack = scenario == DRAIN_CLIENT
-            win.start()
-            with c.subscribe(dest, ack="client-individual" if client_ack else "auto", buffer_size=PREFETCH,
-                             timeout=timeout) as sub:
-                while len(got) < n:
-                    for msg in sub.receive_batch(1000, timeout=timeout):
+            mode = spec["backend"]
+            ack_mode = "client-individual" if client_ack else "auto"
+            if mode == "callback":
+                done = threading.Event()
+
+                def on_message(msg: Any) -> None:
+                    got.append(msg.body)
+                    if client_ack:
+                        if len(got) == n:
+                            msg.ack(receipt=True, timeout=timeout)
+                        else:
+                            msg.ack()
+                    if len(got) == n:
+                        done.set()
+
+                win.start()
+                with c.subscribe(dest, ack=ack_mode, buffer_size=PREFETCH, callback=on_message, timeout=timeout):
+                    if not done.wait(timeout):
+                        raise Failure("sync callback: %d of %d messages within %s s" % (len(got), n, timeout))
+                    win.stop()
+            elif mode == "batch":
+                win.start()
+                with c.subscribe(dest, ack=ack_mode, buffer_size=PREFETCH, timeout=timeout) as sub:
+                    while len(got) < n:
+                        for msg in sub.receive_batch(1000, timeout=timeout):
+                            got.append(msg.body)
+                            if client_ack:
+                                if len(got) == n:
+                                    msg.ack(receipt=True, timeout=timeout)
+                                else:
+                                    msg.ack()
+                            if len(got) == n:
+                                break
+                    win.stop()
+            else:  # the README's loop, as written there
+                win.start()
+                with c.subscribe(dest, ack=ack_mode, buffer_size=PREFETCH, timeout=timeout) as sub:
+                    for msg in sub:
                         got.append(msg.body)
                         if client_ack:
                             if len(got) == n:
@@ -220,7 +265,7 @@ def worker_sync(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
                                 msg.ack()
                         if len(got) == n:
                             break
-                win.stop()
+                    win.stop()
             out.update(cc.check_bodies(got, tag, n))
         else:
             lat: List[int] = []
@@ -707,7 +752,7 @@ def print_table(run: Run, rows: List[Dict[str, Any]], stat: str) -> None:
 def evaluate_targets(all_rows: List[Dict[str, Any]], names: List[str]) -> List[Dict[str, Any]]:
     out: List[Dict[str, Any]] = []
     primary = LABELS[PRIMARY]
-    ours = [LABELS[n] for n in names if n in ("asyncio", "uvloop", "sync")]
+    ours = [LABELS[n] for n in names if n in ("asyncio", "uvloop") + SYNC_NAMES]
 
     def add(verdict: str, broker: str, target: str, shown: str, threshold: str, value: Optional[float]) -> None:
         out.append({"broker": broker, "verdict": verdict, "target": target, "shown": shown,
