@@ -35,6 +35,7 @@ import os
 import re
 import sys
 import time
+from collections import deque
 from collections.abc import Sequence
 from typing import Any, Callable
 
@@ -47,6 +48,8 @@ EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
 EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (128 + SIGPIPE)
 
 DEFAULT_URL = "stomp://127.0.0.1:61613/"
+#: ``send``: receipts outstanding at most (the Spark sink's ``receiptWindow`` default).
+DEFAULT_RECEIPT_WINDOW = 1000
 ENV_URL, ENV_LOGIN, ENV_PASSCODE = "STOMPFAST_URL", "STOMPFAST_LOGIN", "STOMPFAST_PASSCODE"
 RICH_HINT = "pip install 'stompfast[cli]' for styled status output and live progress"
 
@@ -391,8 +394,10 @@ content-type text/plain;charset=utf-8; file and stdin bodies are sent byte for b
 
 By default every SEND asks for a receipt and the command exits 0 only once the broker
 confirmed each message (RabbitMQ: after it has taken responsibility for it); a line
-saying so goes to stderr unless -q. --no-receipt sends without waiting (the broker
-still confirms the DISCONNECT, which follows the messages).
+saying so goes to stderr unless -q. Receipts are pipelined: at most --receipt-window
+messages (default {DEFAULT_RECEIPT_WINDOW}) are unconfirmed at once, so memory stays flat
+at any --count. --no-receipt sends without waiting (the broker still confirms the
+DISCONNECT, which follows the messages).
 
 examples:
   stompfast send /queue/orders 'hello'
@@ -425,6 +430,11 @@ def add_send_command(subparsers: Any) -> None:
         help="wait until the broker confirms each message (default: on)",
     )
     p.add_argument("-n", "--count", metavar="N", type=_positive_int, default=1, help="send the body N times")
+    p.add_argument(
+        "--receipt-window", metavar="N", type=_positive_int, default=DEFAULT_RECEIPT_WINDOW,
+        help=f"at most N messages sent and not yet confirmed; at N, wait for the oldest"
+        f" (default {DEFAULT_RECEIPT_WINDOW})",
+    )
     _add_common_options(p)
     _add_connection_options(p)
     p.set_defaults(run=run_send)
@@ -478,15 +488,19 @@ async def _send(conn: Connection, args: argparse.Namespace, body: str | bytes, h
             for _ in range(args.count):
                 await client.send(args.destination, body, headers=headers or None, content_type=args.content_type)
             return
-        receipts = []
+        # A window of receipts in flight, oldest first: memory stays flat at any --count.
+        window: deque[Any] = deque()
+        limit = args.receipt_window
         for _ in range(args.count):
-            receipts.append(
+            while window and (len(window) >= limit or window[0].done()):
+                await window.popleft().wait()  # raises what made it fail (e.g. ServerError)
+            window.append(
                 await client.send(
                     args.destination, body, headers=headers or None, content_type=args.content_type,
                     receipt=True, wait=False,
                 )
             )
-        await client.wait_receipts(receipts)
+        await client.wait_receipts(window)
 
 
 # -- listen -------------------------------------------------------------------------------------

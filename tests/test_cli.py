@@ -221,6 +221,53 @@ def test_ack_modes_and_count(stomp_broker_thread, ack: str) -> None:
         assert broker.queue_depth(queue) == 1 and broker.unacked(queue) == 0
 
 
+def _in_flight(broker) -> tuple[int, int]:
+    """SENDs the broker handled, and how many of them still await their RECEIPT."""
+    stats = broker.stats
+    sends = stats.frames_in.get("SEND", 0)
+    return sends, sends - stats.frames_out.get("RECEIPT", 0)
+
+
+def test_send_keeps_at_most_a_window_of_receipts_in_flight(stomp_broker_thread) -> None:
+    """``send --count`` waits for the oldest receipt once --receipt-window are unconfirmed, then for all."""
+    broker, queue = stomp_broker_thread, unique_queue()
+    broker.delay_receipts(0.4)  # each RECEIPT leaves 0.4 s after its SEND was handled
+    proc = popen("send", "--url", broker.url, queue, "m", "--count", "40", "--receipt-window", "10")
+    try:
+        broker.wait_for_blocking(lambda: _in_flight(broker)[0] >= 10, timeout=20)
+        time.sleep(0.2)  # well before the first receipt: a client without a window has sent all 40
+        assert _in_flight(broker) == (10, 10)
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, _in_flight(broker)[1])
+            time.sleep(0.005)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert out == b"" and "sent 40 messages of 1 byte" in err.decode() and b"confirmed by the broker" in err
+    assert peak == 10  # the window was used, and never exceeded
+    sends = [f for f in broker.received if f.command == "SEND"]
+    assert len(sends) == 40 and len({f.headers["receipt"] for f in sends}) == 40
+    assert broker.stats.frames_out["RECEIPT"] >= 40 and broker.queue_depth(queue) == 40
+
+
+def test_send_reports_a_refused_message_inside_the_window(stomp_broker_thread) -> None:
+    """A SEND the broker answers with ERROR fails the command as it did without a window."""
+    line = assert_one_line_error(
+        run("send", "--url", stomp_broker_thread.url, "/nowhere/a", "x", "--count", "5", "--receipt-window", "2"),
+        cli.EXIT_FAILURE,
+    )
+    assert "sent ERROR: Unknown destination" in line
+
+
+def test_receipt_window_must_be_positive() -> None:
+    bad = run("send", "/queue/a", "x", "--receipt-window", "0")
+    assert bad.returncode == cli.EXIT_USAGE and b"--receipt-window" in bad.stderr and b"Traceback" not in bad.stderr
+
+
 @pytest.mark.parametrize("how", ["timeout", "duration"])
 def test_listen_stops_when_idle_or_elapsed(stomp_broker_thread, how: str) -> None:
     args = ["--timeout", "0.3"] if how == "timeout" else ["--duration", "0.3", "--timeout", "30"]
