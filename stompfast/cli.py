@@ -183,6 +183,22 @@ def _positive_int(text: str) -> int:
     return value
 
 
+_SIZE = re.compile(r"(?P<n>\d+)\s*(?:(?P<unit>[KMG])i?B?|B?)", re.IGNORECASE)
+
+
+def _byte_size(text: str) -> int:
+    """A positive number of bytes: ``65536``, ``64K``, ``256M``, ``1GiB`` (K, M and G are powers of 1024)."""
+    m = _SIZE.fullmatch(text.strip())
+    value = 0
+    if m:
+        value = int(m["n"])
+        if m["unit"]:
+            value <<= 10 * ("KMG".index(m["unit"].upper()) + 1)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive size such as 65536, 64K, 256M or 1G, got {text!r}")
+    return value
+
+
 def _port(text: str) -> int:
     try:
         value = int(text)
@@ -743,6 +759,14 @@ Ctrl-C, then exits 0. It serves /queue/... and /topic/... destinations on STOMP
 1.0-1.2 with receipts, transactions, heart-beats and the three ack modes. Nothing is
 persisted: it is for trying things out and for tests, not for production.
 
+Memory: the messages it holds (queued, or delivered and not yet acked) may count up
+to --max-bytes (default 256M; each counts its body, destination and headers plus 256
+bytes). At that limit it holds producers, as RabbitMQ does: a connection's next SEND
+is not read, and its receipt not sent, until consumers have taken messages; other
+connections go on. --when-full error refuses such a SEND with an ERROR frame
+("Memory limit reached") and closes that connection instead, like ActiveMQ's
+sendFailIfNoSpace.
+
 The URL to connect to is printed on stdout (with --port 0, the free port chosen);
 a hint goes to stderr.
 
@@ -750,6 +774,7 @@ examples:
   stompfast broker                                  # stomp://127.0.0.1:61613/
   stompfast broker --port 0                         # any free port; read it from stdout
   stompfast broker --port 61620 --user app:s3cret   # refuse other logins (Bad CONNECT)
+  stompfast broker --max-bytes 16M --when-full error   # refuse SENDs beyond 16 MiB held
 """
 
 
@@ -771,6 +796,15 @@ def add_broker_command(subparsers: Any) -> None:
         "--heart-beat", metavar="SX,SY", type=parse_heart_beat, default=(0, 0),
         help="heart-beat milliseconds offered in CONNECTED (default 0,0: none)",
     )
+    p.add_argument(
+        "--max-bytes", metavar="SIZE", type=_byte_size, default=None,
+        help="how much the held messages may count, e.g. 64M or 1G (default 256M; see below)",
+    )
+    p.add_argument(
+        "--when-full", choices=("block", "error"), default="block",
+        help="at --max-bytes: hold producers until consumers catch up (block, the default)"
+        " or answer their SENDs with ERROR (error)",
+    )
     _add_common_options(p)
     p.set_defaults(run=run_broker)
 
@@ -789,10 +823,11 @@ async def _broker(args: argparse.Namespace, status: Status) -> None:
     import anyio
 
     from .testing import Broker
+    from .testing._broker import DEFAULT_MAX_BYTES
 
     broker = Broker(
         args.host, args.port, users=dict(args.users) if args.users else None, heart_beat=args.heart_beat,
-        record=False,
+        record=False, max_bytes=args.max_bytes or DEFAULT_MAX_BYTES, when_full=args.when_full,
     )
     try:
         await broker.__aenter__()
@@ -801,7 +836,11 @@ async def _broker(args: argparse.Namespace, status: Status) -> None:
     try:
         print(broker.url, flush=True)
         who = f"logins {', '.join(sorted(dict(args.users)))}" if args.users else "any login"
-        status.info(f"stompfast test broker listening on {broker.url} ({who}; nothing persisted); Ctrl-C stops it")
+        full = "holds producers" if args.when_full == "block" else "refuses SENDs"
+        status.info(
+            f"stompfast test broker listening on {broker.url} ({who}; nothing persisted; at"
+            f" {_size(broker.max_bytes)} of messages it {full}); Ctrl-C stops it"
+        )
         status.info(f"  try: stompfast send --url {broker.url} /queue/demo hello", "dim")
         await anyio.sleep_forever()
     finally:

@@ -165,6 +165,27 @@ def test_round_trip_via_broker_command(broker_command: str, tmp_path: Path) -> N
     assert "2 messages received" in got.stderr.decode()
 
 
+def test_broker_command_memory_limit() -> None:
+    """``broker --max-bytes --when-full error`` refuses the SEND that finds it full; ``send`` reports it."""
+    proc = popen("broker", "--port", "0", "--max-bytes", "4K", "--when-full", "error")
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().decode().strip()
+        queue = unique_queue()
+        # each 1000-byte message counts about 1.3 KiB (body, destination, 256 bytes of objects): 4 fit
+        line = assert_one_line_error(run("send", "--url", url, queue, "x" * 1000, "--count", "10"), cli.EXIT_FAILURE)
+        assert "sent ERROR: Memory limit reached" in line
+        got = run("listen", "--url", url, queue, "--timeout", "1", "-q")
+        assert got.returncode == 0 and got.stdout == (b"x" * 1000 + b"\n") * 4, got
+        assert run("send", "--url", url, queue, "room again", "-q").returncode == 0
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0 and b"at 4.0 KiB of messages it refuses SENDs" in err, err
+    bad = run("broker", "--max-bytes", "lots")
+    assert bad.returncode == cli.EXIT_USAGE and b"--max-bytes" in bad.stderr
+
+
 def test_binary_from_stdin_to_directory(stomp_broker_thread, tmp_path: Path) -> None:
     broker, queue = stomp_broker_thread, unique_queue()
     assert run("send", "--url", broker.url, queue, "-", input=BINARY).returncode == 0  # explicit '-'
