@@ -252,11 +252,11 @@ def _in_flight(broker) -> tuple[int, int]:
 def test_send_keeps_at_most_a_window_of_receipts_in_flight(stomp_broker_thread) -> None:
     """``send --count`` waits for the oldest receipt once --receipt-window are unconfirmed, then for all."""
     broker, queue = stomp_broker_thread, unique_queue()
-    broker.delay_receipts(0.4)  # each RECEIPT leaves 0.4 s after its SEND was handled
-    proc = popen("send", "--url", broker.url, queue, "m", "--count", "40", "--receipt-window", "10")
+    broker.delay_receipts(1.0)  # each RECEIPT leaves 1 s after its SEND was handled
+    proc = popen("send", "--url", broker.url, queue, "m", "--count", "30", "--receipt-window", "10")
     try:
         broker.wait_for_blocking(lambda: _in_flight(broker)[0] >= 10, timeout=20)
-        time.sleep(0.2)  # well before the first receipt: a client without a window has sent all 40
+        time.sleep(0.3)  # well before the first receipt: a client without a window has sent all 30
         assert _in_flight(broker) == (10, 10)
         peak = 0
         while proc.poll() is None:
@@ -268,11 +268,11 @@ def test_send_keeps_at_most_a_window_of_receipts_in_flight(stomp_broker_thread) 
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, err
-    assert out == b"" and "sent 40 messages of 1 byte" in err.decode() and b"confirmed by the broker" in err
+    assert out == b"" and "sent 30 messages of 1 byte" in err.decode() and b"confirmed by the broker" in err
     assert peak == 10  # the window was used, and never exceeded
     sends = [f for f in broker.received if f.command == "SEND"]
-    assert len(sends) == 40 and len({f.headers["receipt"] for f in sends}) == 40
-    assert broker.stats.frames_out["RECEIPT"] >= 40 and broker.queue_depth(queue) == 40
+    assert len(sends) == 30 and len({f.headers["receipt"] for f in sends}) == 30
+    assert broker.stats.frames_out["RECEIPT"] >= 30 and broker.queue_depth(queue) == 30
 
 
 def test_send_reports_a_refused_message_inside_the_window(stomp_broker_thread) -> None:
