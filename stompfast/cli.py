@@ -35,6 +35,7 @@ import os
 import re
 import sys
 import time
+from collections import deque
 from collections.abc import Sequence
 from typing import Any, Callable
 
@@ -47,6 +48,8 @@ EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
 EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (128 + SIGPIPE)
 
 DEFAULT_URL = "stomp://127.0.0.1:61613/"
+#: ``send``: receipts outstanding at most (the Spark sink's ``receiptWindow`` default).
+DEFAULT_RECEIPT_WINDOW = 1000
 ENV_URL, ENV_LOGIN, ENV_PASSCODE = "STOMPFAST_URL", "STOMPFAST_LOGIN", "STOMPFAST_PASSCODE"
 RICH_HINT = "pip install 'stompfast[cli]' for styled status output and live progress"
 
@@ -178,6 +181,22 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
+
+
+_SIZE = re.compile(r"(?P<n>\d+)\s*(?:(?P<unit>[KMG])i?B?|B?)", re.IGNORECASE)
+
+
+def _byte_size(text: str) -> int:
+    """A positive number of bytes: ``65536``, ``64K``, ``256M``, ``1GiB`` (K, M and G are powers of 1024)."""
+    m = _SIZE.fullmatch(text.strip())
+    value = 0
+    if m:
+        value = int(m["n"])
+        if m["unit"]:
+            value <<= 10 * ("KMG".index(m["unit"].upper()) + 1)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive size such as 65536, 64K, 256M or 1G, got {text!r}")
     return value
 
 
@@ -392,8 +411,10 @@ content-type text/plain;charset=utf-8; file and stdin bodies are sent byte for b
 
 By default every SEND asks for a receipt and the command exits 0 only once the broker
 confirmed each message (RabbitMQ: after it has taken responsibility for it); a line
-saying so goes to stderr unless -q. --no-receipt sends without waiting (the broker
-still confirms the DISCONNECT, which follows the messages).
+saying so goes to stderr unless -q. Receipts are pipelined: at most --receipt-window
+messages (default {DEFAULT_RECEIPT_WINDOW}) are unconfirmed at once, so memory stays flat
+at any --count. --no-receipt sends without waiting (the broker still confirms the
+DISCONNECT, which follows the messages).
 
 examples:
   stompfast send /queue/orders 'hello'
@@ -426,6 +447,11 @@ def add_send_command(subparsers: Any) -> None:
         help="wait until the broker confirms each message (default: on)",
     )
     p.add_argument("-n", "--count", metavar="N", type=_positive_int, default=1, help="send the body N times")
+    p.add_argument(
+        "--receipt-window", metavar="N", type=_positive_int, default=DEFAULT_RECEIPT_WINDOW,
+        help=f"at most N messages sent and not yet confirmed; at N, wait for the oldest"
+        f" (default {DEFAULT_RECEIPT_WINDOW})",
+    )
     _add_common_options(p)
     _add_connection_options(p)
     p.set_defaults(run=run_send)
@@ -479,15 +505,19 @@ async def _send(conn: Connection, args: argparse.Namespace, body: str | bytes, h
             for _ in range(args.count):
                 await client.send(args.destination, body, headers=headers or None, content_type=args.content_type)
             return
-        receipts = []
+        # A window of receipts in flight, oldest first: memory stays flat at any --count.
+        window: deque[Any] = deque()
+        limit = args.receipt_window
         for _ in range(args.count):
-            receipts.append(
+            while window and (len(window) >= limit or window[0].done()):
+                await window.popleft().wait()  # raises what made it fail (e.g. ServerError)
+            window.append(
                 await client.send(
                     args.destination, body, headers=headers or None, content_type=args.content_type,
                     receipt=True, wait=False,
                 )
             )
-        await client.wait_receipts(receipts)
+        await client.wait_receipts(window)
 
 
 # -- listen -------------------------------------------------------------------------------------
@@ -730,6 +760,14 @@ Ctrl-C, then exits 0. It serves /queue/... and /topic/... destinations on STOMP
 1.0-1.2 with receipts, transactions, heart-beats and the three ack modes. Nothing is
 persisted: it is for trying things out and for tests, not for production.
 
+Memory: the messages it holds (queued, or delivered and not yet acked) may count up
+to --max-bytes (default 256M; each counts its body, destination and headers plus 256
+bytes). At that limit it holds producers, as RabbitMQ does: a connection's next SEND
+is not read, and its receipt not sent, until consumers have taken messages; other
+connections go on. --when-full error refuses such a SEND with an ERROR frame
+("Memory limit reached") and closes that connection instead, like ActiveMQ's
+sendFailIfNoSpace.
+
 The URL to connect to is printed on stdout (with --port 0, the free port chosen);
 a hint goes to stderr.
 
@@ -737,6 +775,7 @@ examples:
   stompfast broker                                  # stomp://127.0.0.1:61613/
   stompfast broker --port 0                         # any free port; read it from stdout
   stompfast broker --port 61620 --user app:s3cret   # refuse other logins (Bad CONNECT)
+  stompfast broker --max-bytes 16M --when-full error   # refuse SENDs beyond 16 MiB held
 """
 
 
@@ -758,6 +797,15 @@ def add_broker_command(subparsers: Any) -> None:
         "--heart-beat", metavar="SX,SY", type=parse_heart_beat, default=(0, 0),
         help="heart-beat milliseconds offered in CONNECTED (default 0,0: none)",
     )
+    p.add_argument(
+        "--max-bytes", metavar="SIZE", type=_byte_size, default=None,
+        help="how much the held messages may count, e.g. 64M or 1G (default 256M; see below)",
+    )
+    p.add_argument(
+        "--when-full", choices=("block", "error"), default="block",
+        help="at --max-bytes: hold producers until consumers catch up (block, the default)"
+        " or answer their SENDs with ERROR (error)",
+    )
     _add_common_options(p)
     p.set_defaults(run=run_broker)
 
@@ -776,10 +824,11 @@ async def _broker(args: argparse.Namespace, status: Status) -> None:
     import anyio
 
     from .testing import Broker
+    from .testing._broker import DEFAULT_MAX_BYTES
 
     broker = Broker(
         args.host, args.port, users=dict(args.users) if args.users else None, heart_beat=args.heart_beat,
-        record=False,
+        record=False, max_bytes=args.max_bytes or DEFAULT_MAX_BYTES, when_full=args.when_full,
     )
     try:
         await broker.__aenter__()
@@ -788,7 +837,11 @@ async def _broker(args: argparse.Namespace, status: Status) -> None:
     try:
         print(broker.url, flush=True)
         who = f"logins {', '.join(sorted(dict(args.users)))}" if args.users else "any login"
-        status.info(f"stompfast test broker listening on {broker.url} ({who}; nothing persisted); Ctrl-C stops it")
+        full = "holds producers" if args.when_full == "block" else "refuses SENDs"
+        status.info(
+            f"stompfast test broker listening on {broker.url} ({who}; nothing persisted; at"
+            f" {_size(broker.max_bytes)} of messages it {full}); Ctrl-C stops it"
+        )
         status.info(f"  try: stompfast send --url {broker.url} /queue/demo hello", "dim")
         await anyio.sleep_forever()
     finally:

@@ -165,6 +165,27 @@ def test_round_trip_via_broker_command(broker_command: str, tmp_path: Path) -> N
     assert "2 messages received" in got.stderr.decode()
 
 
+def test_broker_command_memory_limit() -> None:
+    """``broker --max-bytes --when-full error`` refuses the SEND that finds it full; ``send`` reports it."""
+    proc = popen("broker", "--port", "0", "--max-bytes", "4K", "--when-full", "error")
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().decode().strip()
+        queue = unique_queue()
+        # each 1000-byte message counts about 1.3 KiB (body, destination, 256 bytes of objects): 4 fit
+        line = assert_one_line_error(run("send", "--url", url, queue, "x" * 1000, "--count", "10"), cli.EXIT_FAILURE)
+        assert "sent ERROR: Memory limit reached" in line
+        got = run("listen", "--url", url, queue, "--timeout", "1", "-q")
+        assert got.returncode == 0 and got.stdout == (b"x" * 1000 + b"\n") * 4, got
+        assert run("send", "--url", url, queue, "room again", "-q").returncode == 0
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0 and b"at 4.0 KiB of messages it refuses SENDs" in err, err
+    bad = run("broker", "--max-bytes", "lots")
+    assert bad.returncode == cli.EXIT_USAGE and b"--max-bytes" in bad.stderr
+
+
 def test_binary_from_stdin_to_directory(stomp_broker_thread, tmp_path: Path) -> None:
     broker, queue = stomp_broker_thread, unique_queue()
     assert run("send", "--url", broker.url, queue, "-", input=BINARY).returncode == 0  # explicit '-'
@@ -219,6 +240,53 @@ def test_ack_modes_and_count(stomp_broker_thread, ack: str) -> None:
         # the third message was never taken: it is still there for the next consumer
         broker.wait_for_blocking(lambda: broker.consumers(queue) == 0)
         assert broker.queue_depth(queue) == 1 and broker.unacked(queue) == 0
+
+
+def _in_flight(broker) -> tuple[int, int]:
+    """SENDs the broker handled, and how many of them still await their RECEIPT."""
+    stats = broker.stats
+    sends = stats.frames_in.get("SEND", 0)
+    return sends, sends - stats.frames_out.get("RECEIPT", 0)
+
+
+def test_send_keeps_at_most_a_window_of_receipts_in_flight(stomp_broker_thread) -> None:
+    """``send --count`` waits for the oldest receipt once --receipt-window are unconfirmed, then for all."""
+    broker, queue = stomp_broker_thread, unique_queue()
+    broker.delay_receipts(1.0)  # each RECEIPT leaves 1 s after its SEND was handled
+    proc = popen("send", "--url", broker.url, queue, "m", "--count", "30", "--receipt-window", "10")
+    try:
+        broker.wait_for_blocking(lambda: _in_flight(broker)[0] >= 10, timeout=20)
+        time.sleep(0.3)  # well before the first receipt: a client without a window has sent all 30
+        assert _in_flight(broker) == (10, 10)
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, _in_flight(broker)[1])
+            time.sleep(0.005)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert out == b"" and "sent 30 messages of 1 byte" in err.decode() and b"confirmed by the broker" in err
+    assert peak == 10  # the window was used, and never exceeded
+    sends = [f for f in broker.received if f.command == "SEND"]
+    assert len(sends) == 30 and len({f.headers["receipt"] for f in sends}) == 30
+    assert broker.stats.frames_out["RECEIPT"] >= 30 and broker.queue_depth(queue) == 30
+
+
+def test_send_reports_a_refused_message_inside_the_window(stomp_broker_thread) -> None:
+    """A SEND the broker answers with ERROR fails the command as it did without a window."""
+    line = assert_one_line_error(
+        run("send", "--url", stomp_broker_thread.url, "/nowhere/a", "x", "--count", "5", "--receipt-window", "2"),
+        cli.EXIT_FAILURE,
+    )
+    assert "sent ERROR: Unknown destination" in line
+
+
+def test_receipt_window_must_be_positive() -> None:
+    bad = run("send", "/queue/a", "x", "--receipt-window", "0")
+    assert bad.returncode == cli.EXIT_USAGE and b"--receipt-window" in bad.stderr and b"Traceback" not in bad.stderr
 
 
 @pytest.mark.parametrize("how", ["timeout", "duration"])

@@ -15,8 +15,11 @@ It speaks STOMP 1.0, 1.1 and 1.2 over TCP on loopback, serves ``/queue/``
 (point to point) and ``/topic/`` (fan-out) destinations with the three ack
 modes, transactions, receipts, heart-beats and prefetch, and can misbehave on
 demand (drop connections, cut a frame, withhold or delay receipts, send ERROR or
-raw bytes, stop heart-beating, refuse connections). It is a test double, not a
-production broker: nothing is persisted and everything lives in one process.
+raw bytes, stop heart-beating, refuse connections). Like a real broker it bounds
+the memory its messages take (``max_bytes``, 256 MiB by default) and then holds
+producers until consumers catch up (or, with ``when_full="error"``, refuses their
+SENDs). It is a test double, not a production broker: nothing is persisted and
+everything lives in one process.
 
 The pytest plugin (``stompfast.testing.pytest_plugin``, registered as the
 ``stompfast`` pytest11 entry point) provides the ``stomp_broker`` and

@@ -39,6 +39,24 @@ subscription gets its own copy (with its own ``message-id``) in a private queue
 that lives as long as the subscription; nothing is kept for absent subscribers.
 Any other destination is refused with ``ERROR message:Unknown destination``.
 
+Memory: the messages the broker holds (ready in a queue, or delivered and not
+yet acked) count against ``max_bytes`` (default :data:`DEFAULT_MAX_BYTES`),
+each as its body, destination and header names and values plus
+:data:`MESSAGE_OVERHEAD` bytes for the Python objects holding it. Once the
+total reaches the limit the broker applies producer flow control, as RabbitMQ
+does under its memory alarm: a connection whose next frame is a SEND (or a
+COMMIT carrying SENDs) is not served, and so not read from, until consumers on
+other connections have taken the total below the limit; only then is the frame
+handled and its RECEIPT sent. Other connections are served meanwhile, so
+consumers can always drain (a held connection's later frames, ACKs included,
+wait behind its SEND: publish and consume on separate connections). Since a
+frame is admitted only while the total is below the limit, the total never
+exceeds the limit by more than one message (one transaction for a COMMIT). With
+``when_full="error"`` such a frame is refused instead with
+``ERROR message:Memory limit reached`` and the connection closes (ActiveMQ's
+``sendFailIfNoSpace``). SENDs held in an open transaction and
+:meth:`Broker.publish` are not limited.
+
 A delivery to a ``client`` or ``client-individual`` subscription stays unacked
 until ACK or NACK. When the subscription ends (UNSUBSCRIBE, DISCONNECT, ERROR,
 dropped socket) its unacked queue messages go back to the front of their queue,
@@ -97,7 +115,7 @@ from .._scanner import FrameScanner, encode_frame
 from ..errors import LimitExceededError, LocalProtocolError, RemoteProtocolError
 from ..frames import SERVER_COMMANDS, Frame
 
-__all__ = ["Broker", "BrokerStats"]
+__all__ = ["DEFAULT_MAX_BYTES", "MESSAGE_OVERHEAD", "Broker", "BrokerStats"]
 
 log = logging.getLogger("stompfast.testing")
 
@@ -113,6 +131,15 @@ _IO_ERRORS = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResource
 #: stops reading from it until the writer has caught up (per-connection memory bound).
 _OUTBOX_HIGH_WATER = 1 << 20
 _READ_SIZE = 65536
+#: Default ``max_bytes`` of :class:`Broker`: 256 MiB of stored messages (about 870,000 small ones;
+#: measured, the process then stays near 365 MB RSS) bounds what a producer without consumers can make the
+#: broker hold, on any developer machine or CI runner, yet leaves room for any demo, test or bench
+#: backlog. Real brokers do the same: RabbitMQ blocks publishers at 40% of RAM.
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+#: Bytes a stored message counts on top of its body, destination and headers: the Python objects
+#: holding it (measured with tracemalloc: about 280 bytes for a small message with one header).
+MESSAGE_OVERHEAD = 256
+_WHEN_FULL = ("block", "error")
 
 
 class _Violation(Exception):
@@ -143,6 +170,12 @@ class BrokerStats:
         receipts_withheld: receipts not sent because of :meth:`Broker.withhold_receipts`.
         tls_handshakes_failed: TLS handshakes that failed (``ssl_context`` brokers); such
             connections never count as accepted.
+        stored_bytes: what the messages the broker holds now (ready, or delivered and
+            unacked) count against ``max_bytes`` (see :class:`Broker`).
+        stored_messages: how many messages those are (each topic copy counts).
+        producers_blocked: connections held now by flow control (a SEND waits for room).
+        sends_refused: SEND and COMMIT frames refused with ERROR because the broker was
+            full (``when_full="error"``).
     """
 
     frames_in: Mapping[str, int] = field(default_factory=dict)
@@ -154,10 +187,14 @@ class BrokerStats:
     messages_discarded: int = 0
     receipts_withheld: int = 0
     tls_handshakes_failed: int = 0
+    stored_bytes: int = 0
+    stored_messages: int = 0
+    producers_blocked: int = 0
+    sends_refused: int = 0
 
 
 class _Message:
-    __slots__ = ("id", "destination", "headers", "body", "redelivered")
+    __slots__ = ("id", "destination", "headers", "body", "redelivered", "size")
 
     def __init__(self, id: str, destination: str, headers: List[Tuple[str, str]], body: bytes) -> None:
         self.id = id
@@ -165,6 +202,9 @@ class _Message:
         self.headers = headers
         self.body = body
         self.redelivered = False
+        #: what it counts against ``max_bytes`` (characters of header text count as bytes)
+        self.size = (len(body) + len(destination) + sum(len(k) + len(v) for k, v in headers)
+                     + MESSAGE_OVERHEAD)
 
 
 class _Queue:
@@ -334,6 +374,18 @@ class Broker:
             a certificate). :attr:`url` is then ``stomp+ssl://``. A failed
             handshake closes that connection and counts in ``stats``
             (``tls_handshakes_failed``).
+        max_bytes: how much the stored messages may count (body, destination and
+            headers, plus :data:`MESSAGE_OVERHEAD` each) before producers are held
+            or refused; default :data:`DEFAULT_MAX_BYTES` (256 MiB); ``None`` for
+            no limit. The current total is ``stats.stored_bytes``.
+        when_full: ``"block"`` (producer flow control, like RabbitMQ's memory
+            alarm: a SEND, or a COMMIT carrying SENDs, waits unread until
+            consumers take the total below ``max_bytes``; its RECEIPT comes once
+            it is accepted) or ``"error"`` (like ActiveMQ's ``sendFailIfNoSpace``:
+            it is answered with ``ERROR message:Memory limit reached`` and the
+            connection closes). As with RabbitMQ, a connection that is held
+            cannot send its ACKs either: a client that publishes and consumes
+            with client acks should do so on two connections.
     """
 
     def __init__(
@@ -354,6 +406,8 @@ class Broker:
         max_headers: Optional[int] = None,
         max_header_bytes: Optional[int] = None,
         ssl_context: Any = None,
+        max_bytes: Optional[int] = DEFAULT_MAX_BYTES,
+        when_full: str = "block",
     ) -> None:
         versions = tuple(versions)
         if not versions or any(v not in _VERSIONS for v in versions):
@@ -363,6 +417,10 @@ class Broker:
             raise ValueError(f"heart_beat must be two non-negative ints (milliseconds), got {heart_beat!r}")
         if nack not in ("requeue", "drop"):
             raise ValueError(f"nack must be 'requeue' or 'drop', got {nack!r}")
+        if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 1):
+            raise ValueError(f"max_bytes must be a positive int or None, got {max_bytes!r}")
+        if when_full not in _WHEN_FULL:
+            raise ValueError(f"when_full must be 'block' or 'error', got {when_full!r}")
         self.host = host
         self._requested_port = port
         self.versions = tuple(v for v in _VERSIONS if v in versions)
@@ -372,6 +430,12 @@ class Broker:
         self.nack = nack
         self.heartbeat_grace = heartbeat_grace
         self.linger = linger
+        self.max_bytes = max_bytes
+        self.when_full = when_full
+        self._stored = 0  # what the stored messages count against max_bytes
+        self._stored_messages = 0
+        self._space: Optional[anyio.Event] = None  # set when the total drops below max_bytes
+        self._blocked = 0  # connections waiting for room
         self._limits = {
             "max_frame_bytes": max_frame_bytes,
             "max_headers": max_headers,
@@ -542,6 +606,10 @@ class Broker:
             messages_discarded=c["discarded"],
             receipts_withheld=c["withheld"],
             tls_handshakes_failed=c["tls_handshake_failed"],
+            stored_bytes=self._stored,
+            stored_messages=self._stored_messages,
+            producers_blocked=self._blocked,
+            sends_refused=c["sends_refused"],
         )
 
     @property
@@ -626,7 +694,10 @@ class Broker:
         n = 0
         for q in self._queues_of(destination):
             n += len(q.ready)
+            for message in q.ready:
+                self._release(message)
             q.ready.clear()
+        self._touch()
         return n
 
     # ------------------------------------------------------------------ faults
@@ -914,6 +985,7 @@ class Broker:
             return
         conn.closing = how
         self._end_session(conn)
+        self._wake_producers()  # a held SEND of this connection is dropped with it
         conn.wake.set()
         if conn.tg is None:
             return
@@ -969,6 +1041,11 @@ class Broker:
 
     async def _on_frame(self, conn: _Connection, frame: Frame) -> None:
         command = frame.command
+        if (command in ("SEND", "COMMIT") and self._full() and self.when_full == "block"
+                and conn.version is not None and self._adds(conn, frame)):
+            await self._wait_for_space(conn)  # this connection is not read meanwhile: TCP pushes back
+            if conn.closing is not None:
+                return
         self._frames_in[command] += 1
         if self._record:
             self._received.append(frame)
@@ -1001,6 +1078,54 @@ class Broker:
             self._close(conn)
             return
         self._receipt(conn, receipt)
+
+    # ------------------------------------------------------------------ memory limit
+
+    def _full(self) -> bool:
+        return self.max_bytes is not None and self._stored >= self.max_bytes
+
+    @staticmethod
+    def _adds(conn: _Connection, frame: Frame) -> bool:
+        """Whether handling ``frame`` (a SEND or COMMIT) stores messages now."""
+        tx = frame.headers.get("transaction")
+        if frame.command == "SEND":
+            return tx is None
+        return any(command == "SEND" for command, _ in conn.transactions.get(tx or "", ()))
+
+    async def _wait_for_space(self, conn: _Connection) -> None:
+        """Return once the stored messages count below ``max_bytes``, or ``conn`` is closing."""
+        self._blocked += 1
+        self._touch()
+        try:
+            while self._full() and conn.closing is None:
+                if self._space is None:
+                    self._space = anyio.Event()
+                await self._space.wait()
+        finally:
+            self._blocked -= 1
+            self._touch()
+
+    def _check_space(self) -> None:
+        """``when_full="error"``: refuse a frame that would store messages while the broker is full."""
+        if self._full():
+            self._counts["sends_refused"] += 1
+            raise _Violation(
+                "Memory limit reached",
+                f"The broker holds {self._stored} bytes of messages, its limit is {self.max_bytes} "
+                "(max_bytes): consume messages, then send again.\n",
+            )
+
+    def _wake_producers(self) -> None:
+        if self._space is not None:
+            self._space.set()
+            self._space = None
+
+    def _release(self, message: _Message) -> None:
+        """Forget a stored message (consumed or discarded); wake held producers once there is room."""
+        self._stored -= message.size
+        self._stored_messages -= 1
+        if self._space is not None and not self._full():
+            self._wake_producers()
 
     def _receipt(self, conn: _Connection, receipt: Optional[str], delayed_ok: bool = True) -> None:
         if receipt is None:
@@ -1080,6 +1205,7 @@ class Broker:
         if held is not None:
             held.append(("SEND", (destination, headers, frame.body)))
         else:
+            self._check_space()
             self._route(destination, headers, frame.body)
 
     def _on_subscribe(self, conn: _Connection, frame: Frame) -> None:
@@ -1184,6 +1310,8 @@ class Broker:
     def _on_commit(self, conn: _Connection, frame: Frame) -> None:
         self._require(frame, "transaction")
         held = self._transaction(conn, frame)
+        if any(command == "SEND" for command, _ in held or ()):
+            self._check_space()
         del conn.transactions[frame.headers["transaction"]]
         for command, item in held or ():
             if command == "SEND":
@@ -1214,7 +1342,10 @@ class Broker:
     # ------------------------------------------------------------------ routing and delivery
 
     def _new_message(self, destination: str, headers: List[Tuple[str, str]], body: bytes) -> _Message:
-        return _Message(f"msg-{next(self._counter)}", destination, headers, body)
+        message = _Message(f"msg-{next(self._counter)}", destination, headers, body)
+        self._stored += message.size
+        self._stored_messages += 1
+        return message
 
     def _route(self, destination: str, headers: List[Tuple[str, str]], body: bytes) -> None:
         kind, key = _canonical(destination)
@@ -1272,9 +1403,12 @@ class Broker:
             self._write(conn, data[: len(data) // 2])
             if delivery is None:
                 self._counts["discarded"] += 1
+                self._release(message)
             self._close(conn, "abort-after-flush")
             return
         self._send(conn, "MESSAGE", headers, message.body)
+        if delivery is None:  # auto: consumed once sent
+            self._release(message)
 
     def _forget_delivery(self, delivery: _Delivery) -> None:
         sub = delivery.sub
@@ -1298,13 +1432,15 @@ class Broker:
             batch = [delivery]
         for d in batch:
             self._forget_delivery(d)
-        if command == "NACK":
-            if self.nack == "drop":
+        if command == "NACK" and self.nack == "requeue":
+            for d in reversed(batch):
+                d.message.redelivered = True
+                sub.queue.ready.appendleft(d.message)
+        else:
+            if command == "NACK":
                 self._counts["discarded"] += len(batch)
-            else:
-                for d in reversed(batch):
-                    d.message.redelivered = True
-                    sub.queue.ready.appendleft(d.message)
+            for d in batch:
+                self._release(d.message)
         self._dispatch(sub.queue)
 
     def _unsubscribe(self, sub: _Subscription) -> None:
@@ -1332,6 +1468,9 @@ class Broker:
             if not subs:
                 self._topics.pop(sub.topic, None)
             self._counts["discarded"] += len(pending)
+            for message in itertools.chain((d.message for d in pending), queue.ready):
+                self._release(message)  # the private queue goes with the subscription
+            queue.ready.clear()
             return
         # unacked messages go back to the front of the queue, in delivery order, for redelivery
         for d in reversed(pending):
