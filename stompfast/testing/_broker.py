@@ -111,6 +111,7 @@ from anyio.abc import SocketAttribute
 from anyio.streams.tls import TLSListener
 
 from .. import __version__
+from .._protocol import MAX_HEART_BEAT_MS
 from .._scanner import FrameScanner, encode_frame
 from ..errors import LimitExceededError, LocalProtocolError, RemoteProtocolError
 from ..frames import SERVER_COMMANDS, Frame
@@ -305,18 +306,18 @@ def _one_line(text: str, limit: int = 200) -> str:
 
 
 def _parse_heart_beat(value: Optional[str]) -> Tuple[int, int]:
+    """A client's ``heart-beat`` header: two integers of ASCII digits (the spec's grammar), capped.
+
+    ``int()`` alone would take spaces, signs, ``_`` and non-ASCII digits; a huge
+    value is clamped to MAX_HEART_BEAT_MS (one hour), as the client does.
+    """
     if value is None:
         return 0, 0
     parts = value.split(",")
-    try:
-        if len(parts) != 2:
-            raise ValueError
-        cx, cy = (int(p.strip()) for p in parts)
-        if cx < 0 or cy < 0:
-            raise ValueError
-    except ValueError:
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() for p in parts):
         raise _Violation("Invalid heart-beat header", f"heart-beat must be two non-negative integers "
-                         f"separated by a comma, got {value!r}\n") from None
+                         f"of ASCII digits separated by a comma, got {value[:64]!r}\n")
+    cx, cy = (min(int(p), MAX_HEART_BEAT_MS) for p in parts)
     return cx, cy
 
 

@@ -188,9 +188,11 @@ async def test_frames_before_connect_are_refused(stomp_broker):
     assert stomp_broker.queue_depth("/queue/a") == 0
 
 
-async def test_invalid_heart_beat_header_is_refused(stomp_broker):
+@pytest.mark.parametrize("value", ["10", " 1,0", "+5,0", "1_000,0", "\u0663,0", "-1,0", "1,2,3"])
+async def test_invalid_heart_beat_header_is_refused(stomp_broker, value):
+    # the spec's grammar: two integers of ASCII digits (int() alone takes most of these)
     async with await RawClient.open(stomp_broker.port) as c:
-        await c.send("CONNECT", {"accept-version": "1.2", "heart-beat": "10"})
+        await c.send("CONNECT", {"accept-version": "1.2", "heart-beat": value})
         await c.expect_error("Invalid heart-beat header")
 
 
