@@ -244,5 +244,10 @@ async def test_an_error_in_the_middle_of_a_busy_subscription_is_the_brokers_erro
                     async for message in sub:
                         received.append(message.body)
             assert "transaction" in str(info.value).lower(), info.value
-            assert received == [b"%d" % i for i in range(len(received))]
+            # In order, nothing skipped. ActiveMQ itself sometimes sends the message
+            # just before its ERROR twice (seen with a raw socket too: 3,001 MESSAGE
+            # frames for 3,000 sends), so one duplicate is the broker's, not ours.
+            distinct = list(dict.fromkeys(received))
+            assert distinct == [b"%d" % i for i in range(len(distinct))]
+            assert len(received) - len(distinct) <= 1
         assert isinstance(consumer.error, ServerError)
