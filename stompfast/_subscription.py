@@ -228,6 +228,17 @@ class AsyncSubscription:
         message._owner = self
         self._buffer.append(message)
 
+    def check_ack(self, message: Message) -> None:
+        """Raise what an ACK of ``message`` would be refused with, sending nothing.
+
+        StaleMessageError for a message of a lost connection; LocalProtocolError
+        for an ``auto`` subscription or one that is gone. The blocking client
+        checks its queued acks here, in the calling thread, before queueing them.
+        """
+        client = self._client
+        client._check_stale("ACK", message)
+        client._protocol._ack_headers("ACK", message, None)
+
     def handoff(
         self, call_soon: Callable[[Callable[[], Any]], Any], loop_alive: Callable[[], bool]
     ) -> "ThreadHandoff":

@@ -973,14 +973,12 @@ class Client:
         outbox = self._outbox
         if outbox.error is not None or self._closed:
             self._raise_fast_error()
-        client = self._async
-        failed = client.error
+        failed = self._async.error
         if failed is not None:
             raise _copy(failed)
         # The refusals that need no I/O, raised here rather than by a later call:
         # a stale message, then the protocol's own (auto mode, a subscription gone).
-        client._check_stale("ACK", message)
-        client._protocol._ack_headers("ACK", message, None)
+        sub.check_ack(message)
         if len(outbox.queue) >= _FAST_MAX_MESSAGES:
             self._sync_fast(timeout)
         outbox.put((None, sub, message, None), 0)
@@ -1021,6 +1019,11 @@ class Client:
     def portal(self) -> BlockingPortal:
         """The anyio BlockingPortal of the loop this client runs on (to run your own coroutines there)."""
         return self._portal
+
+    @property
+    def async_client(self) -> AsyncClient:
+        """The :class:`AsyncClient` this client drives: for your coroutines run in its loop (``portal.call``)."""
+        return self._async
 
     @property
     def endpoint(self) -> Endpoint:
@@ -1495,8 +1498,8 @@ class Subscription:
                 destination=self.destination,
                 timeout=timeout,
             ) from None
-        if not batch:
-            self._async._raise_closed()
+        if not batch:  # closed without a failure (a failure was raised by take_batch)
+            raise ClientClosedError(f"subscription {self.id!r} to {self.destination!r} is closed")
         for message in batch:
             message.__class__ = SyncMessage
             message._sync = self

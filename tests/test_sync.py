@@ -883,7 +883,7 @@ EXTRA_PARAMETERS = {
 
 #: Public names only the sync twin has, per sync class.
 EXTRA_NAMES = {
-    "Client": {"portal"},
+    "Client": {"portal", "async_client"},
     "Subscription": {"receive_many"},
     "Transaction": set(),
     "ReceiptFuture": {n for n in dir(concurrent.futures.Future) if not n.startswith("_")},
@@ -892,7 +892,7 @@ EXTRA_NAMES = {
 
 #: Public names of an async class that are the blocking client's own way in, with no twin.
 ASYNC_ONLY = {
-    "AsyncSubscription": {"handoff"},  # how the sync Subscription takes messages from threads
+    "AsyncSubscription": {"handoff", "check_ack"},  # how the sync Subscription takes and acks from threads
     "AsyncClient": {"send_nowait"},  # for synchronous code in the loop (the sync send does not wait either)
 }
 
