@@ -101,7 +101,7 @@ class Receipt:
     may wait on one receipt; cancelling one waiter does not disturb the others.
     """
 
-    __slots__ = ("receipt_id", "_done", "_error", "_waiters", "_loop")
+    __slots__ = ("receipt_id", "_done", "_error", "_waiters", "_loop", "_callbacks")
 
     def __init__(self, receipt_id: str, loop: Any = None) -> None:
         self.receipt_id = receipt_id
@@ -113,6 +113,7 @@ class Receipt:
         # anyio Events: an anyio.Event looks the backend up on every construction.
         self._waiters: Optional[List[Any]] = None
         self._loop = loop
+        self._callbacks: Optional[List[Callable[["Receipt"], Any]]] = None
 
     def done(self) -> bool:
         """True once the RECEIPT arrived or the wait failed."""
@@ -152,10 +153,26 @@ class Receipt:
     def __await__(self) -> Any:
         return self.wait().__await__()
 
+    def add_done_callback(self, fn: Callable[["Receipt"], Any]) -> None:
+        """Call ``fn(receipt)`` in the event loop once the receipt is done (at once if it is).
+
+        For synchronous code in the loop that cannot await (the blocking client
+        completes a thread's wait from here); ``fn`` must be quick and must not raise.
+        """
+        if self._done:
+            fn(self)
+        elif self._callbacks is None:
+            self._callbacks = [fn]
+        else:
+            self._callbacks.append(fn)
+
     def _set(self) -> None:
         if self._done:
             return
         self._done = True
+        if self._callbacks is not None:
+            for fn in self._callbacks:
+                fn(self)
         waiters = self._waiters
         if waiters:
             if self._loop is not None:
@@ -1209,6 +1226,12 @@ class AsyncClient:
         self._paused_on = sub
         self._transport.pause_reading()  # type: ignore[union-attr]
         sub._space = _Resume(self)
+        if len(sub._buffer) < sub._pause_at:
+            # a thread consuming it (the blocking client) took messages before
+            # _space was there for it to see: there is room already
+            sub._space = None
+            self._on_space()
+            return
         if self._stall_handle is None:
             self._stall_handle = self._loop.call_later(self._stall_timeout, self._on_stall)
 
@@ -1244,8 +1267,13 @@ class AsyncClient:
     async def _wait_for_space(self, sub: AsyncSubscription) -> None:
         self._paused_on = sub
         try:
-            while len(sub._buffer) >= sub._pause_at and not sub._closed and self._error is None:
+            while True:
+                # _space first, then the length: a thread that takes messages (the
+                # blocking client) either sees the event or left room we see here
                 space = sub._space = anyio.Event()
+                if not (len(sub._buffer) >= sub._pause_at and not sub._closed and self._error is None):
+                    sub._space = None
+                    break
                 with anyio.move_on_after(self._stall_timeout):
                     await space.wait()
                     continue
@@ -1314,18 +1342,7 @@ class AsyncClient:
         if type(body) is bytes and headers is None and content_type is None and not receipt:
             data = self._protocol.send_plain(destination, body)  # the hot path: a plain SEND
         else:
-            if type(body) is not bytes:
-                if isinstance(body, str):
-                    body = body.encode("utf-8")
-                    if content_type is None:
-                        content_type = TEXT_CONTENT_TYPE
-                elif isinstance(body, (bytes, bytearray, memoryview)):
-                    body = bytes(body)
-                else:
-                    raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
-            data, receipt_id = self._protocol.send(
-                destination, body, headers, content_type=content_type, receipt=receipt
-            )
+            data, receipt_id = self._encode_send(destination, body, headers, content_type, receipt)
             if receipt_id is not None:
                 return await self._send_receipted(data, receipt_id, wait)
         if self._out_bytes < self._write_through_bytes:  # _queue, inlined: the hot path
@@ -1337,6 +1354,63 @@ class AsyncClient:
         else:
             await self._write_through(data)
         return None
+
+    def _encode_send(
+        self, destination: str, body: Any, headers: Optional[Mapping[str, Any]], content_type: Optional[str],
+        receipt: bool,
+    ) -> Tuple[bytes, Optional[str]]:
+        """The SEND frame of :meth:`send` and its receipt id (the body rules are send's)."""
+        if type(body) is not bytes:
+            if isinstance(body, str):
+                body = body.encode("utf-8")
+                if content_type is None:
+                    content_type = TEXT_CONTENT_TYPE
+            elif isinstance(body, (bytes, bytearray, memoryview)):
+                body = bytes(body)
+            else:
+                raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+        return self._protocol.send(destination, body, headers, content_type=content_type, receipt=receipt)
+
+    def send_nowait(
+        self,
+        destination: str,
+        body: Union[bytes, bytearray, memoryview, str] = b"",
+        *,
+        headers: Optional[Mapping[str, Any]] = None,
+        content_type: Optional[str] = None,
+        receipt: bool = False,
+    ) -> Optional[Receipt]:
+        """:meth:`send` without waiting, for synchronous code running in the event loop.
+
+        The same frame, queued (or written) at once; with ``receipt=True`` the
+        pending :class:`Receipt` is returned (``add_done_callback`` tells when it
+        is done). This is how the blocking client sends from a loop callback
+        instead of a task per call.
+
+        Raises:
+            anyio.WouldBlock: nothing was queued because the call would have to
+                wait (the connection is being re-established, or the send buffer
+                is full): ``await send(...)`` instead.
+            ClientClosedError, ConnectionLostError, ...: as :meth:`send`.
+        """
+        if self._error is not None or self._state != "open":
+            if self._state == "reconnecting" and self._error is None:
+                raise anyio.WouldBlock
+            self._check_open()
+        if self._out_bytes >= self._send_buffer_bytes:
+            raise anyio.WouldBlock
+        data, receipt_id = self._encode_send(destination, body, headers, content_type, receipt)
+        if receipt_id is None:
+            self._queue(data)
+            if self._out_bytes >= self._write_through_bytes:
+                self._flush_now()
+            return None
+        pending = self._register(receipt_id)
+        if not self._out and self._write_now(data):
+            return pending
+        self._queue(data)
+        self._flush_now()
+        return pending
 
     async def _send_receipted(self, data: bytes, receipt_id: str, wait: bool) -> Receipt:
         pending = self._register(receipt_id)
@@ -1472,11 +1546,11 @@ class AsyncClient:
 
     async def ack(self, message: Message, *, receipt: bool = False) -> None:
         """Acknowledge ``message`` (same as ``await message.ack()``)."""
-        await message.ack(receipt=receipt)
+        await Message.ack(message, receipt=receipt)  # (the async ack, whatever subclass the message is)
 
     async def nack(self, message: Message, *, receipt: bool = False) -> None:
         """Refuse ``message`` (same as ``await message.nack()``; STOMP 1.1+)."""
-        await message.nack(receipt=receipt)
+        await Message.nack(message, receipt=receipt)
 
     def transaction(self, *, receipt: bool = True) -> "AsyncTransaction":
         """A transaction: ``async with client.transaction() as tx:``.
@@ -1561,11 +1635,11 @@ class AsyncTransaction:
 
     async def ack(self, message: Message) -> None:
         """Acknowledge ``message`` within the transaction (takes effect on COMMIT)."""
-        await message.ack(transaction=self._check())
+        await Message.ack(message, transaction=self._check())  # (the async ack, whatever the subclass)
 
     async def nack(self, message: Message) -> None:
         """Refuse ``message`` within the transaction (takes effect on COMMIT)."""
-        await message.nack(transaction=self._check())
+        await Message.nack(message, transaction=self._check())
 
     async def commit(self) -> None:
         """COMMIT (confirmed by a receipt unless the transaction was made with ``receipt=False``)."""

@@ -176,7 +176,9 @@ class Message:
     message came through (they are awaitable on the async client).
     """
 
-    __slots__ = ("frame", "subscription", "message_id", "ack_id", "_session", "_owner", "_seq", "__weakref__")
+    # _sync: the blocking client's subscription, set only on the messages it hands
+    # out (re-classed as its SyncMessage, whose layout must match this one's)
+    __slots__ = ("frame", "subscription", "message_id", "ack_id", "_session", "_owner", "_seq", "_sync", "__weakref__")
 
     def __init__(self, frame: Frame, subscription: str, message_id: Optional[str], ack_id: Optional[str], session: Any) -> None:
         self.frame = frame

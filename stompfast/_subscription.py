@@ -23,8 +23,10 @@ from turning into a silent hang:
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Deque, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional
 
 import anyio
 
@@ -34,7 +36,7 @@ from .errors import ClientClosedError, ConfigurationError
 if TYPE_CHECKING:  # pragma: no cover
     from ._client import AsyncClient
 
-__all__ = ["AsyncSubscription", "DEFAULT_BUFFER_SIZE"]
+__all__ = ["AsyncSubscription", "DEFAULT_BUFFER_SIZE", "ThreadHandoff", "WaitTimeout"]
 
 #: Messages a subscription buffers before the reader stops reading.
 DEFAULT_BUFFER_SIZE = 1000
@@ -226,6 +228,33 @@ class AsyncSubscription:
         message._owner = self
         self._buffer.append(message)
 
+    def check_ack(self, message: Message) -> None:
+        """Raise what an ACK of ``message`` would be refused with, sending nothing.
+
+        StaleMessageError for a message of a lost connection; LocalProtocolError
+        for an ``auto`` subscription or one that is gone. The blocking client
+        checks its queued acks here, in the calling thread, before queueing them.
+        """
+        client = self._client
+        client._check_stale("ACK", message)
+        client._protocol._ack_headers("ACK", message, None)
+
+    def handoff(
+        self, call_soon: Callable[[Callable[[], Any]], Any], loop_alive: Callable[[], bool]
+    ) -> "ThreadHandoff":
+        """Hand this subscription's messages to threads instead of tasks (the blocking client's way in).
+
+        From then on the messages are taken with the returned
+        :class:`ThreadHandoff` from any thread; ``receive`` and iteration here
+        are no longer used. ``call_soon(fn)`` must run ``fn()`` in this client's
+        event loop, from any thread (``loop.call_soon_threadsafe``,
+        ``TrioToken.run_sync_soon``); ``loop_alive()`` says whether that loop
+        still runs (a thread waiting for a message checks it every second).
+        """
+        handoff = ThreadHandoff(self, call_soon, loop_alive)
+        self._ready = handoff  # type: ignore[assignment]  # the reader's set() now wakes threads
+        return handoff
+
     def _close(self, error: Optional[BaseException]) -> None:
         if self._closed:
             return
@@ -239,6 +268,149 @@ class AsyncSubscription:
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._buffer)} buffered"
         return f"<AsyncSubscription {self.id!r} to {self.destination!r} ack={self.ack_mode} {state}>"
+
+
+#: How often a thread waiting in a ThreadHandoff checks that the event loop still runs.
+_LOOP_CHECK_INTERVAL = 1.0
+
+
+class WaitTimeout(Exception):
+    """ThreadHandoff.take's timeout passed (not a TimeoutError: a failure can be one, HeartbeatTimeout)."""
+
+
+class ThreadHandoff:
+    """Threads take a subscription's messages here, without a task or a trip into the event loop.
+
+    The reader appends each read's messages to the subscription's buffer in the
+    loop and calls :meth:`set` (it stands in for the subscription's ``_ready``
+    event), which wakes the threads waiting here, if any; a thread takes what is
+    buffered with ``deque.popleft`` (atomic), so a busy subscription costs no
+    thread crossing per message, nor per batch while messages are buffered.
+
+    The one thing a thread cannot do itself is restart a reader stopped by a full
+    buffer (that belongs to the loop): after taking, it schedules that with
+    ``call_soon`` when the reader waits for room, once until it ran.
+    """
+
+    __slots__ = ("_sub", "_buffer", "_cond", "_waiting", "_call_soon", "_loop_alive", "_waking")
+
+    def __init__(
+        self,
+        sub: AsyncSubscription,
+        call_soon: Callable[[Callable[[], Any]], Any],
+        loop_alive: Callable[[], bool],
+    ) -> None:
+        self._sub = sub
+        self._loop_alive = loop_alive
+        self._buffer = sub._buffer
+        self._cond = threading.Condition(threading.Lock())
+        self._waiting = 0  # threads inside wait(): only then does set() take the lock
+        self._call_soon = call_soon
+        self._waking = False  # a _resume_reader is scheduled and has not run yet
+
+    # -- loop side: the subscription's "ready" event -----------------------------------
+
+    def set(self) -> None:
+        """(In the loop.) Messages arrived or the subscription closed: wake the waiting threads."""
+        if self._waiting:
+            with self._cond:
+                self._cond.notify_all()
+
+    def is_set(self) -> bool:
+        return False
+
+    # -- thread side ---------------------------------------------------------------
+
+    def take(self, timeout: Optional[float]) -> Optional[Message]:
+        """The next message, waiting up to ``timeout`` seconds (None: for ever) for one.
+
+        Returns None when the subscription was closed without a failure and
+        nothing is left; raises the connection's failure once the buffered
+        messages are handed out, :class:`WaitTimeout` when ``timeout`` passed
+        (nothing was taken) and ClientClosedError when the loop stopped. An
+        interrupt while waiting takes nothing.
+        """
+        try:
+            message = self._buffer.popleft()
+        except IndexError:
+            message = self._wait(timeout)
+            if message is None:
+                return None
+        if self._sub._space is not None:
+            self._reader_may_resume()
+        return message
+
+    def take_batch(self, max_messages: int, timeout: Optional[float]) -> List[Message]:
+        """Up to ``max_messages`` messages: waits (as :meth:`take`) only for the first; [] when closed."""
+        first = self.take(timeout)
+        if first is None:
+            return []
+        batch = [first]
+        buffer = self._buffer
+        popleft = buffer.popleft
+        try:
+            for _ in range(min(max_messages - 1, len(buffer))):
+                batch.append(popleft())
+        except IndexError:  # another thread took them first
+            pass
+        except BaseException:  # an interrupt (KeyboardInterrupt) mid-batch: put them back, in order
+            buffer.extendleft(reversed(batch))
+            raise
+        if self._sub._space is not None:
+            self._reader_may_resume()
+        return batch
+
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    def _wait(self, timeout: Optional[float]) -> Optional[Message]:
+        sub, buffer = self._sub, self._buffer
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            self._waiting += 1  # before the buffer is looked at again: set() cannot be missed
+            try:
+                while True:
+                    if buffer:
+                        try:
+                            return buffer.popleft()
+                        except IndexError:  # taken by a thread that did not wait
+                            continue
+                    if sub._closed:
+                        break
+                    wait = _LOOP_CHECK_INTERVAL
+                    if deadline is not None:
+                        wait = min(wait, deadline - time.monotonic())
+                        if wait <= 0:
+                            raise WaitTimeout
+                    if not self._cond.wait(wait) and not self._loop_alive():
+                        raise ClientClosedError("the client's event loop stopped while waiting")
+            finally:
+                self._waiting -= 1
+        if sub._error is not None:
+            raise _copy(sub._error)
+        return None
+
+    def _reader_may_resume(self) -> None:
+        """(Any thread.) The reader waits for room: let the loop restart it once there is room.
+
+        Only once the buffer is down to half its size: restarting it at the first
+        free slot, as a task does for free, would cost a loop wake-up per message.
+        """
+        if not self._waking and len(self._buffer) <= self._sub._pause_at // 2:
+            self._waking = True
+            try:
+                self._call_soon(self._resume_reader)
+            except RuntimeError:  # the loop is gone: nothing is reading any more
+                self._waking = False
+
+    def _resume_reader(self) -> None:
+        """(In the loop.) Restart a reader stopped by this subscription's full buffer."""
+        self._waking = False
+        sub = self._sub
+        space = sub._space
+        if space is not None and len(sub._buffer) <= sub._pause_at // 2:
+            sub._space = None
+            space.set()
 
 
 def _copy(error: BaseException) -> BaseException:

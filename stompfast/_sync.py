@@ -80,7 +80,7 @@ from ._client import AsyncClient, AsyncTransaction, Receipt
 from ._config import Endpoint
 from ._protocol import SUPPORTED_VERSIONS, Message
 from ._reconnect import ConnectionEvent, ReconnectPolicy
-from ._subscription import DEFAULT_BUFFER_SIZE, AsyncSubscription, _copy
+from ._subscription import DEFAULT_BUFFER_SIZE, AsyncSubscription, WaitTimeout, _copy
 from .errors import (
     ClientClosedError,
     ConfigurationError,
@@ -128,6 +128,20 @@ def _running_asyncio_loop() -> Any:
     return asyncio.get_running_loop()
 
 
+def _call_soon_threadsafe() -> Callable[[Callable[[], Any]], Any]:
+    """(In the loop.) A function that runs ``fn()`` in this loop soon, callable from any thread.
+
+    The cheapest way in: one wake-up of the loop, no task, no future (anyio's
+    portal makes a task and a future per call). Raises RuntimeError once the
+    loop is gone.
+    """
+    if sniffio.current_async_library() == "asyncio":
+        return asyncio.get_running_loop().call_soon_threadsafe
+    import trio
+
+    return trio.lowlevel.current_trio_token().run_sync_soon
+
+
 async def _bounded(
     fn: Callable[[], Awaitable[Any]], timeout: Optional[float], on_timeout: Callable[[], BaseException]
 ) -> Any:
@@ -150,8 +164,8 @@ def _timeout_error(
 
 
 def _unwrap(message: Message) -> Message:
-    """The async client's Message behind a SyncMessage (the async API is given that one)."""
-    return message._message if isinstance(message, SyncMessage) else message
+    """The message to give the async API: a SyncMessage is the received Message itself."""
+    return message
 
 
 # -- the event loop thread -------------------------------------------------------------
@@ -372,18 +386,12 @@ class SyncMessage(Message):
     """A :class:`~stompfast.Message` from a sync subscription: ``ack()`` and ``nack()`` block.
 
     Everything else (``body``, ``text``, ``headers``, ``destination``,
-    ``message_id``, ``ack_id``, ...) is the received message's.
+    ``message_id``, ``ack_id``, ...) is the received message's: it *is* the
+    received message, re-classed when a thread takes it (no copy, no wrapper), with
+    the sync :class:`Subscription` it came through.
     """
 
-    __slots__ = ("_message", "_sync")
-
-    def __init__(self, message: Message, subscription: "Subscription") -> None:
-        super().__init__(
-            message.frame, message.subscription, message.message_id, message.ack_id, message._session
-        )
-        self._seq = message._seq
-        self._message = message
-        self._sync = subscription
+    __slots__ = ()
 
     def ack(
         self, *, transaction: Optional[str] = None, receipt: bool = False, timeout: Optional[float] = None
@@ -411,8 +419,9 @@ async def _host(
     closing: anyio.Event,
     timeout: Optional[float],
     ready: "concurrent.futures.Future[None]",
+    drainer: Callable[[], Awaitable[None]],
 ) -> None:
-    """Hold ``async with client`` open in one task until ``closing`` is set.
+    """Hold ``async with client`` open in one task until ``closing`` is set; run ``drainer`` meanwhile.
 
     ``timeout`` bounds the connect only: the deadline is lifted once connected.
     It is set on a scope around the whole block because the client's task group
@@ -428,7 +437,10 @@ async def _host(
                     raise _connect_timeout(client, timeout)
                 scope.deadline = math.inf
                 ready.set_result(None)
-                await closing.wait()
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(drainer, name="stompfast-sync-drainer")
+                    await closing.wait()
+                    tg.cancel_scope.cancel()
         if scope.cancelled_caught and not ready.done():
             raise _connect_timeout(client, timeout)
     except anyio.get_cancelled_exc_class():
@@ -553,6 +565,172 @@ class _Lifetime:
         threading.Thread(target=close, name="stompfast-finalizer", daemon=True).start()
 
 
+class _Handover:
+    """One result handed from the event loop to one waiting thread: a lock released once.
+
+    Cheaper than a concurrent.futures.Future (no condition, no callbacks): the
+    thread blocks in ``acquire`` and the loop's ``set`` releases it.
+    """
+
+    __slots__ = ("_lock", "value", "error")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self.value: Any = None
+        self.error: Optional[BaseException] = None
+
+    def set(self, value: Any = None, error: Optional[BaseException] = None) -> None:
+        """(In the loop, once.)"""
+        self.value = value
+        self.error = error
+        self._lock.release()
+
+    def wait(self, timeout: Optional[float], loop_thread: threading.Thread) -> bool:
+        """(In the waiting thread.) True once set; False after ``timeout``; ClientClosedError if the loop died."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = _LOOP_CHECK_INTERVAL
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    return False
+            if self._lock.acquire(timeout=wait):
+                return True
+            if not loop_thread.is_alive():
+                raise ClientClosedError("the client's event loop stopped while waiting")
+
+
+class _Outbox:
+    """The sync client's ordered queue of receipt-less frames, written by one drainer task in the loop.
+
+    Calling threads ``put`` sends and acks; the first ``put`` into an idle queue
+    wakes the drainer with one cheap loop wake-up (``call_soon``, no task, no
+    future), so a burst of frames costs one crossing, not one per frame. The
+    drainer lives for the connection (in the client's host task) and writes the
+    queue in order through the async client, which applies its backpressure.
+    It holds no reference to the :class:`Client` (an abandoned client must
+    still be garbage collected and closed by its finalizer).
+    """
+
+    __slots__ = ("queue", "queued_bytes", "lock", "idle", "active", "wakeup", "error", "_send", "_call_soon",
+                 "_loop_thread")
+
+    def __init__(self, send: Callable[..., Awaitable[Any]], call_soon: Callable[[Callable[[], Any]], Any],
+                 loop_thread: threading.Thread) -> None:
+        self.queue: Deque[Tuple[Any, ...]] = deque()
+        self.queued_bytes = 0
+        self.lock = threading.Lock()
+        self.idle = threading.Condition(self.lock)  # notified when the queue is written out (or dropped)
+        self.active = False  # the drainer was woken for the queue and has not emptied it yet
+        self.wakeup: Optional[anyio.Event] = None  # (loop side) the drainer waits on it
+        self.error: Optional[BaseException] = None  # what stopped the last drain, raised by the next call
+        self._send = send
+        self._call_soon = call_soon
+        self._loop_thread = loop_thread
+
+    def put(self, item: Tuple[Any, ...], size: int) -> None:
+        """(Any thread.) Queue one frame's arguments; wake the drainer if the queue was idle."""
+        with self.lock:
+            self.queue.append(item)
+            self.queued_bytes += size
+            if self.active:
+                return
+            self.active = True
+        try:
+            self._call_soon(self._wake)
+        except RuntimeError:  # the loop is gone
+            self._drop()
+            raise ClientClosedError("the client is closed (its event loop has stopped)") from None
+
+    def _drop(self) -> None:
+        with self.lock:
+            self.queue.clear()
+            self.queued_bytes = 0
+            self.active = False
+            self.idle.notify_all()
+
+    def wait_written(self, timeout: Optional[float]) -> None:
+        """(Any thread.) Wait until the drainer emptied the queue; StompTimeout after ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.lock:
+            while self.active:
+                wait = _LOOP_CHECK_INTERVAL
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
+                    if wait <= 0:
+                        raise StompTimeout(
+                            f"the queued sends were not written within {timeout:g} s (no room in the send buffer)"
+                        )
+                if not self.idle.wait(wait) and not self._loop_thread.is_alive():
+                    self.queue.clear()
+                    self.queued_bytes = 0
+                    self.active = False
+                    raise ClientClosedError("the client's event loop stopped while writing queued sends")
+
+    def _wake(self) -> None:
+        """(In the loop.)"""
+        wakeup = self.wakeup
+        if wakeup is not None:
+            wakeup.set()
+
+    async def drainer(self) -> None:
+        """(In the loop, for the life of the connection.) Write the queue out, woken once per burst."""
+        self.wakeup = anyio.Event()
+        if self.active:  # woken before we were listening
+            self.wakeup.set()
+        try:
+            while True:
+                await self.wakeup.wait()
+                self.wakeup = anyio.Event()
+                await self._drain()
+        finally:
+            self.wakeup = None
+
+    async def _drain(self) -> None:
+        send = self._send
+        queue = self.queue
+        batch: List[Tuple[Any, ...]] = []
+        try:
+            while True:
+                with self.lock:
+                    if not queue:
+                        self.active = False
+                        self.idle.notify_all()
+                        return
+                    batch = list(queue)
+                    queue.clear()
+                    self.queued_bytes = 0
+                for i, (destination, body, headers, content_type) in enumerate(batch):
+                    try:
+                        if destination is None:  # an ACK: (None, subscription, message, None)
+                            try:
+                                await body.ack_message(headers)
+                            except StaleMessageError:
+                                # its connection was lost after the ACK was queued: the
+                                # broker redelivers the message; nothing to report later
+                                log.debug("dropped a queued ACK of %r: its connection was lost", headers)
+                        else:
+                            await send(destination, body, headers=headers, content_type=content_type)
+                    except Exception:
+                        batch = batch[i:]
+                        raise
+                batch = []
+        except BaseException as exc:
+            with self.lock:
+                dropped = len(batch) + len(queue)
+                queue.clear()
+                self.queued_bytes = 0
+                self.active = False
+                if isinstance(exc, Exception):
+                    if dropped and hasattr(exc, "add_note"):  # Python 3.11+
+                        exc.add_note(f"{dropped} queued send(s) of this client were not written")
+                    self.error = exc
+                self.idle.notify_all()
+            if not isinstance(exc, Exception):
+                raise
+
+
 # -- the client ----------------------------------------------------------------------------
 
 
@@ -616,11 +794,7 @@ class Client:
         self._outstanding: Set[ReceiptFuture] = set()  # pipelined receipts not settled yet (loop only)
         # Sends without a receipt: queued here by the calling threads, written by one
         # drain task per burst (one thread crossing per burst, not per message).
-        self._fast: Deque[Tuple[Any, ...]] = deque()
-        self._fast_bytes = 0
-        self._fast_lock = threading.Lock()
-        self._fast_future: Optional["concurrent.futures.Future[Any]"] = None
-        self._fast_error: Optional[BaseException] = None
+        self._outbox: _Outbox  # receipt-less sends and acks, written by one drainer per burst
         self._fast_limit_bytes = send_buffer_bytes
         self._owner: Optional[Portal] = None
         shared: Optional[Portal] = None
@@ -643,7 +817,9 @@ class Client:
             )
         self._portal = blocking
         self._loop_thread_id: Optional[int] = None
+        self._loop_thread: Optional[threading.Thread] = None
         self._aio_loop: Any = None  # the asyncio loop the portal runs (None on trio)
+        self._call_soon: Callable[[Callable[[], Any]], Any]  # runs fn() in the loop, from any thread
         build = functools.partial(
             AsyncClient,
             url,
@@ -671,9 +847,16 @@ class Client:
         )
         try:
             # The async client makes anyio primitives, which belong to the loop: build it there.
-            self._async, self._closing, self._loop_thread_id, self._aio_loop = self._wait(
-                self._spawn(lambda: (build(), anyio.Event(), threading.get_ident(), _running_asyncio_loop()))
+            self._async, self._closing, self._loop_thread, self._aio_loop, self._call_soon = self._wait(
+                self._spawn(
+                    lambda: (
+                        build(), anyio.Event(), threading.current_thread(), _running_asyncio_loop(),
+                        _call_soon_threadsafe(),
+                    )
+                )
             )
+            self._loop_thread_id = self._loop_thread.ident
+            self._outbox = _Outbox(self._async.send, self._call_soon, self._loop_thread)
         except BaseException:
             if self._owner is not None:
                 self._owner.close()
@@ -765,102 +948,45 @@ class Client:
         self, destination: str, body: Any, headers: Optional[Mapping[str, Any]], content_type: Optional[str],
         timeout: Optional[float],
     ) -> None:
-        """Queue a SEND for the drain task; start one if none runs (the fast path of ``send``).
+        """Queue a SEND for the outbox's drainer (the fast path of ``send``).
 
-        The frame is encoded and written in the loop by :meth:`_drain_fast`, in the
-        order the calls were made. A failure to write it (the connection ended) is
-        raised by the next call that sends. When the queue holds ``send_buffer_bytes``
-        or 10,000 messages, the caller waits for it to drain (backpressure,
-        bounded by ``timeout``).
+        The frame is encoded and written in the loop, in the order the calls
+        were made. A failure to write it (the connection ended) is raised by the
+        next call that sends. When the queue holds ``send_buffer_bytes`` or
+        10,000 messages, the caller waits for it to drain (backpressure, bounded
+        by ``timeout``).
         """
-        if self._fast_error is not None or self._closed:
+        outbox = self._outbox
+        if outbox.error is not None or self._closed:
             self._raise_fast_error()
-        failed = self._async._error  # read across threads: set once, never cleared
+        failed = self._async.error  # read across threads: set once, never cleared
         if failed is not None:
             raise _copy(failed)
         if type(body) is not bytes and not isinstance(body, (str, bytearray, memoryview)):
             raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
-        if len(self._fast) >= _FAST_MAX_MESSAGES or self._fast_bytes >= self._fast_limit_bytes:
+        if len(outbox.queue) >= _FAST_MAX_MESSAGES or outbox.queued_bytes >= self._fast_limit_bytes:
             self._sync_fast(timeout)
-        with self._fast_lock:
-            self._fast.append((destination, body, headers, content_type))
-            self._fast_bytes += len(body)
-            if self._fast_future is None:
-                self._fast_future = self._spawn(self._drain_fast)
+        outbox.put((destination, body, headers, content_type), len(body))
 
     def _ack_queued(self, sub: AsyncSubscription, message: Message, timeout: Optional[float]) -> None:
         """Queue an ACK (no receipt, no transaction) behind the queued sends; checked here first."""
-        if self._fast_error is not None or self._closed:
+        outbox = self._outbox
+        if outbox.error is not None or self._closed:
             self._raise_fast_error()
-        client = self._async
-        failed = client._error
+        failed = self._async.error
         if failed is not None:
             raise _copy(failed)
         # The refusals that need no I/O, raised here rather than by a later call:
         # a stale message, then the protocol's own (auto mode, a subscription gone).
-        client._check_stale("ACK", message)
-        client._protocol._ack_headers("ACK", message, None)
-        if len(self._fast) >= _FAST_MAX_MESSAGES:
+        sub.check_ack(message)
+        if len(outbox.queue) >= _FAST_MAX_MESSAGES:
             self._sync_fast(timeout)
-        with self._fast_lock:
-            self._fast.append((None, sub, message, None))
-            if self._fast_future is None:
-                self._fast_future = self._spawn(self._drain_fast)
-
-    async def _drain_fast(self) -> None:
-        send = self._async.send
-        fast = self._fast
-        batch: List[Tuple[Any, ...]] = []
-        try:
-            while True:
-                with self._fast_lock:
-                    if not fast:
-                        self._fast_future = None
-                        return
-                    batch = list(fast)
-                    fast.clear()
-                    self._fast_bytes = 0
-                for i, (destination, body, headers, content_type) in enumerate(batch):
-                    try:
-                        if destination is None:  # an ACK: (None, subscription, message, None)
-                            try:
-                                await body.ack_message(headers)
-                            except StaleMessageError:
-                                # its connection was lost after the ACK was queued: the
-                                # broker redelivers the message; nothing to report later
-                                log.debug("dropped a queued ACK of %r: its connection was lost", headers)
-                        else:
-                            await send(destination, body, headers=headers, content_type=content_type)
-                    except Exception:
-                        batch = batch[i:]
-                        raise
-                batch = []
-        except BaseException as exc:
-            with self._fast_lock:
-                dropped = len(batch) + len(fast)
-                fast.clear()
-                self._fast_bytes = 0
-                self._fast_future = None
-            if isinstance(exc, Exception):
-                if dropped and hasattr(exc, "add_note"):  # Python 3.11+
-                    exc.add_note(f"{dropped} queued send(s) of this client were not written")
-                self._fast_error = exc
-                return
-            raise
+        outbox.put((None, sub, message, None), 0)
 
     def _sync_fast(self, timeout: Optional[float]) -> None:
         """Wait until the queued sends are written; raise what stopped them."""
-        future = self._fast_future
-        if future is not None:
-            try:
-                future.result(timeout)
-            except concurrent.futures.TimeoutError:
-                raise StompTimeout(
-                    f"the queued sends were not written within {timeout:g} s (no room in the send buffer)"
-                ) from None
-            except concurrent.futures.CancelledError:
-                raise ClientClosedError("the client's event loop stopped while writing queued sends") from None
-        if self._fast_error is not None:
+        self._outbox.wait_written(timeout)
+        if self._outbox.error is not None:
             self._raise_fast_error()
 
     def _write_queued_before_closing(self, timeout: float) -> None:
@@ -875,13 +1001,14 @@ class Client:
         except StompTimeout:
             log.warning(
                 "stompfast: closing with %d queued frame(s) unwritten after %g s (the broker is not reading)",
-                len(self._fast), timeout,
+                len(self._outbox.queue), timeout,
             )
         except StompError:
             pass  # the connection failed: they could not be written; close anyway
 
     def _raise_fast_error(self) -> None:
-        error, self._fast_error = self._fast_error, None
+        outbox = self._outbox
+        error, outbox.error = outbox.error, None
         if error is not None:
             raise error
         raise ClientClosedError("the client is closed")
@@ -892,6 +1019,11 @@ class Client:
     def portal(self) -> BlockingPortal:
         """The anyio BlockingPortal of the loop this client runs on (to run your own coroutines there)."""
         return self._portal
+
+    @property
+    def async_client(self) -> AsyncClient:
+        """The :class:`AsyncClient` this client drives: for your coroutines run in its loop (``portal.call``)."""
+        return self._async
 
     @property
     def endpoint(self) -> Endpoint:
@@ -968,7 +1100,7 @@ class Client:
             self._connected = True
             ready: "concurrent.futures.Future[None]" = concurrent.futures.Future()
             life = self._life
-            life.host = self._spawn(_host, self._async, self._closing, timeout, ready)
+            life.host = self._spawn(_host, self._async, self._closing, timeout, ready, self._outbox.drainer)
             if life.shared is not None:
                 life.shared._register(life)
         try:
@@ -1056,12 +1188,56 @@ class Client:
         )
         on_timeout = _timeout_error(ReceiptTimeout, f"no RECEIPT for the SEND to {destination!r}", timeout)
         if wait:
-            future = ReceiptFuture(self._call(send, timeout, on_timeout))
+            receipt = self._send_and_wait(destination, body, headers, content_type, timeout, on_timeout)
+            if receipt is None:  # it would have had to wait in the loop (reconnecting, buffer full): a task
+                receipt = self._call(send, timeout, on_timeout)
+            future = ReceiptFuture(receipt)
             future._settle(None)
             return future
         ready: "concurrent.futures.Future[ReceiptFuture]" = concurrent.futures.Future()
         task = self._spawn(_send_pipelined, send, timeout, on_timeout, ready, self._outstanding)
         return self._wait(ready, task)
+
+    def _send_and_wait(
+        self, destination: str, body: Any, headers: Optional[Mapping[str, Any]], content_type: Optional[str],
+        timeout: Optional[float], on_timeout: Callable[[], BaseException],
+    ) -> Optional[Receipt]:
+        """A SEND with a receipt, confirmed: one loop callback, and this thread woken once, by the RECEIPT.
+
+        No task and no future per call (``_call`` makes both, which doubled the
+        CPU of a round trip): the callback writes the frame and hangs this
+        thread's wake-up on the receipt. Returns None, having sent nothing, when
+        the send would have to wait in the loop (then a task does it).
+        """
+        handover = _Handover()
+        client = self._async
+
+        def start() -> None:  # in the loop
+            try:
+                receipt = client.send_nowait(
+                    destination, body, headers=headers, content_type=content_type, receipt=True
+                )
+            except anyio.WouldBlock:
+                handover.set(None)
+                return
+            except BaseException as exc:
+                handover.set(None, exc)
+                return
+            assert receipt is not None
+            receipt.add_done_callback(handover.set)
+
+        try:
+            self._call_soon(start)
+        except RuntimeError:
+            raise ClientClosedError("the client is closed (its event loop has stopped)") from None
+        if not handover.wait(timeout, self._loop_thread):  # type: ignore[arg-type]
+            raise on_timeout()
+        if handover.error is not None:
+            raise handover.error
+        receipt = handover.value
+        if receipt is not None and receipt.error is not None:
+            raise _copy(receipt.error)
+        return receipt
 
     def wait_receipts(
         self, receipts: Iterable[Optional[ReceiptFuture]], *, timeout: Optional[float] = None
@@ -1215,8 +1391,8 @@ class Subscription:
     ) -> None:
         self._client = client
         self._async = sub
-        self._lock = threading.Lock()
-        self._taken: Deque[Message] = deque()  # taken from the async buffer in the loop, not yet handed out
+        # Threads take the messages straight from the async buffer (no crossing into the loop)
+        self._handoff = sub.handoff(client._call_soon, client._loop_thread.is_alive)  # type: ignore[union-attr]
         self._callback = callback
         self._on_error = on_error
         self._worker: Optional[threading.Thread] = None
@@ -1248,7 +1424,7 @@ class Subscription:
     @property
     def pending(self) -> int:
         """Messages received and not yet taken."""
-        return len(self._taken) + self._async.pending
+        return self._async.pending
 
     @property
     def closed(self) -> bool:
@@ -1266,11 +1442,17 @@ class Subscription:
         return self
 
     def __next__(self) -> SyncMessage:
-        self._check_pull()
-        batch = self._get(1, None, iterating=True)
-        if not batch:
+        if self._callback is not None:
+            self._check_pull()
+        try:
+            message = self._handoff.take(None)
+        except ClientClosedError:  # the client's loop stopped under the wait: iteration ends
+            message = None
+        if message is None:
             raise StopIteration
-        return batch[0]
+        message.__class__ = SyncMessage  # (the same object: no copy, no wrapper)
+        message._sync = self
+        return message  # type: ignore[return-value]
 
     def receive(self, *, timeout: Optional[float] = None) -> SyncMessage:
         """The next message; waits for one.
@@ -1283,7 +1465,7 @@ class Subscription:
                 failed (after every buffered message was handed out).
         """
         self._check_pull()
-        return self._get(1, timeout, iterating=False)[0]
+        return self._take(1, _check_timeout(timeout))[0]
 
     def receive_batch(self, max_messages: int = 100, *, timeout: Optional[float] = None) -> List[SyncMessage]:
         """Up to ``max_messages`` messages: what is buffered, waiting only for the first.
@@ -1293,7 +1475,7 @@ class Subscription:
         if type(max_messages) is not int or max_messages < 1:
             raise ConfigurationError(f"max_messages must be a positive int, not {max_messages!r}")
         self._check_pull()
-        return self._get(max_messages, timeout, iterating=False)
+        return self._take(max_messages, _check_timeout(timeout))
 
     def receive_many(self, max_messages: int = 100, *, timeout: Optional[float] = None) -> List[SyncMessage]:
         """Same as :meth:`receive_batch`."""
@@ -1306,57 +1488,22 @@ class Subscription:
                 " callback= to receive or iterate"
             )
 
-    def _get(self, max_messages: int, timeout: Optional[float], iterating: bool) -> List[SyncMessage]:
-        """Hand out up to ``max_messages`` taken messages, taking more in the loop when there are none.
-
-        Returns [] when iteration ends (closed without a failure).
-        """
-        timeout = _check_timeout(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        taken = self._taken
-        while True:
-            with self._lock:
-                if taken:
-                    popleft = taken.popleft
-                    batch = [popleft() for _ in range(min(max_messages, len(taken)))]
-                    break
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            # Another thread may hand out what this call took; then this one goes round again.
-            try:
-                more = self._client._call(
-                    functools.partial(self._take, max_messages, iterating),
-                    remaining,
-                    lambda: ReceiveTimeout(
-                        f"no message on {self.destination!r} within {timeout:g} s",
-                        destination=self.destination,
-                        timeout=timeout,
-                    ),
-                )
-            except ClientClosedError:
-                if iterating:  # the client's loop stopped under the wait: iteration ends
-                    return []
-                raise
-            if not more:
-                return []
-        return [SyncMessage(m, self) for m in batch]
-
-    async def _take(self, max_messages: int, iterating: bool) -> bool:
-        """(In the loop.) Move messages from the async buffer to ``_taken`` in the step that takes them."""
-        sub = self._async
+    def _take(self, max_messages: int, timeout: Optional[float]) -> List[SyncMessage]:
+        """Up to ``max_messages`` messages as SyncMessages, waiting up to ``timeout`` for the first."""
         try:
-            if max_messages == 1:
-                messages = [await (sub.__anext__() if iterating else sub.receive())]
-            else:
-                messages = await sub.receive_batch(max_messages)
-        except StopAsyncIteration:
-            return False
-        except ClientClosedError:
-            if iterating:  # closed without a failure: iteration ends (as AsyncSubscription.__anext__)
-                return False
-            raise
-        with self._lock:
-            self._taken.extend(messages)
-        return True
+            batch = self._handoff.take_batch(max_messages, timeout)
+        except WaitTimeout:
+            raise ReceiveTimeout(
+                f"no message on {self.destination!r} within {timeout:g} s",
+                destination=self.destination,
+                timeout=timeout,
+            ) from None
+        if not batch:  # closed without a failure (a failure was raised by take_batch)
+            raise ClientClosedError(f"subscription {self.id!r} to {self.destination!r} is closed")
+        for message in batch:
+            message.__class__ = SyncMessage
+            message._sync = self
+        return batch  # type: ignore[return-value]
 
     # -- acknowledging ----------------------------------------------------------------------
 
@@ -1426,8 +1573,6 @@ class Subscription:
             # either way the subscription is gone here (its aclose ran to its finally)
             pass
         finally:
-            with self._lock:
-                self._taken.clear()
             self._join()
 
     # -- the callback thread ----------------------------------------------------------------------
@@ -1450,7 +1595,7 @@ class Subscription:
         try:
             while not self._stopping:
                 try:
-                    batch = self._get(CALLBACK_BATCH, None, iterating=True)
+                    batch = self._handoff.take_batch(CALLBACK_BATCH, None)
                 except ClientClosedError:
                     return  # the client was closed (its loop stopped)
                 except StompError as exc:
@@ -1458,6 +1603,9 @@ class Subscription:
                     return
                 if not batch:
                     return
+                for message in batch:
+                    message.__class__ = SyncMessage
+                    message._sync = self
                 for message in batch:
                     if self._stopping:
                         return

@@ -337,11 +337,11 @@ def test_close_is_bounded_when_the_broker_stops_reading_blocking(backend, closin
         deadline = time.monotonic() + 20
         full_since = None
         while True:  # until the client's own queue holds sends that the loop cannot write
-            while c._fast_bytes < 128 * 1024:  # (below send_buffer_bytes: send itself does not wait)
+            while c._outbox.queued_bytes < 128 * 1024:  # (below send_buffer_bytes: send itself does not wait)
                 c.send("/queue/s", body)
             time.sleep(0.01)
             now = time.monotonic()
-            if c._fast_bytes < 128 * 1024:
+            if c._outbox.queued_bytes < 128 * 1024:
                 full_since = None  # the loop took them: the socket still has room
             elif full_since is None:
                 full_since = now

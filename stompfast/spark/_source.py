@@ -38,7 +38,6 @@ made inside the process that uses them and dropped from the pickled state.
 from __future__ import annotations
 
 import datetime
-import functools
 import logging
 import queue
 import threading
@@ -213,16 +212,13 @@ class _ReaderRuntime:
             to_ack = list(last.values())
         else:
             to_ack = done
-        from .._sync import _unwrap
-
-        inner = [_unwrap(m) for m in to_ack]
-        client = self.client._async
+        client = self.client.async_client
 
         async def ack_all() -> None:
-            for message in inner:
+            for message in to_ack:
                 await client.ack(message)
 
-        self.client._call(ack_all)
+        self.client.portal.call(ack_all)
         return len(done)
 
     def close(self) -> None:
@@ -401,7 +397,7 @@ def _send_rows(w: _WriterBase, rows: Iterator[Any], dedupe_prefix: str) -> Tuple
     window: Deque[Any] = deque()
     limit = w.receipt_window
     with client:
-        ac = client._async
+        ac = client.async_client
 
         async def send_chunk(frames: List[Tuple[str, Any, Optional[Dict[str, str]]]]) -> int:
             done = 0
@@ -448,13 +444,13 @@ def _send_rows(w: _WriterBase, rows: Iterator[Any], dedupe_prefix: str) -> Tuple
             size += len(body) if isinstance(body, bytes) else len(body.encode("utf-8"))
             index += 1
             if len(chunk) >= _CHUNK:
-                confirmed += client._call(functools.partial(send_chunk, chunk))
+                confirmed += client.portal.call(send_chunk, chunk)
                 sent += len(chunk)
                 chunk = []
         if chunk:
-            confirmed += client._call(functools.partial(send_chunk, chunk))
+            confirmed += client.portal.call(send_chunk, chunk)
             sent += len(chunk)
-        confirmed += client._call(drain)
+        confirmed += client.portal.call(drain)
     return sent, confirmed, size
 
 
