@@ -42,15 +42,17 @@ from __future__ import annotations
 import logging
 import random
 import ssl as _ssl
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import anyio
 import anyio.lowlevel
 import sniffio
 
 from ._config import Endpoint, check_positive, parse_urls
+from ._options import ClientOptions
+from ._options import resolve as resolve_options
+from ._options import signature as options_signature
 from ._protocol import (
-    SUPPORTED_VERSIONS,
     Connected,
     ErrorReceived,
     Message,
@@ -78,7 +80,16 @@ from .errors import (
     TransactionError,
 )
 
+if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Unpack
+
 log = logging.getLogger("stompfast")
+
+#: The options StompProtocol takes, passed on to each connection's session.
+_PROTOCOL_OPTIONS = (
+    "versions", "heart_beat", "connect_headers", "use_stomp_command", "max_frame_bytes", "max_headers",
+    "max_header_bytes",
+)
 
 # Queued outgoing bytes past which a send writes them out (or yields to the writer)
 # instead of queueing more: a long burst of sends stays in a small, reused amount
@@ -248,32 +259,11 @@ class AsyncClient:
             raises is logged and ignored).
     """
 
-    def __init__(
-        self,
-        url: Union[str, Sequence[str], None] = None,
-        *,
-        login: Optional[str] = None,
-        passcode: Optional[str] = None,
-        virtual_host: Optional[str] = None,
-        host: Optional[str] = None,
-        port: Optional[int] = None,
-        versions: Iterable[str] = SUPPORTED_VERSIONS,
-        heart_beat: Sequence[int] = (10000, 10000),
-        heartbeat_tolerance: float = 3.0,
-        connect_headers: Optional[Mapping[str, str]] = None,
-        connect_timeout: float = 10.0,
-        use_stomp_command: bool = False,
-        send_buffer_bytes: int = 4 * 1024 * 1024,
-        stall_timeout: float = 10.0,
-        disconnect_timeout: float = 5.0,
-        max_frame_bytes: Optional[int] = None,
-        max_headers: Optional[int] = None,
-        max_header_bytes: Optional[int] = None,
-        reconnect: Union[bool, ReconnectPolicy] = True,
-        on_event: Optional[Callable[[ConnectionEvent], Any]] = None,
-        ssl: Union[bool, _ssl.SSLContext, None] = None,
-        server_hostname: Optional[str] = None,
-    ) -> None:
+    def __init__(self, url: Union[str, Sequence[str], None] = None, **options: Unpack[ClientOptions]) -> None:
+        o = resolve_options(options, "AsyncClient")
+        host, port, login, passcode, virtual_host = o["host"], o["port"], o["login"], o["passcode"], o["virtual_host"]
+        reconnect, on_event, ssl, server_hostname = o["reconnect"], o["on_event"], o["ssl"], o["server_hostname"]
+        heartbeat_tolerance, send_buffer_bytes = o["heartbeat_tolerance"], o["send_buffer_bytes"]
         if url is not None:
             endpoints, failover = parse_urls(url)
         else:
@@ -325,22 +315,14 @@ class AsyncClient:
         self._heartbeat_tolerance = check_positive("heartbeat_tolerance", heartbeat_tolerance)
         if heartbeat_tolerance < 1:
             raise ConfigurationError("heartbeat_tolerance must be at least 1 (a multiple of the broker's interval)")
-        self._connect_timeout = check_positive("connect_timeout", connect_timeout)
+        self._connect_timeout = check_positive("connect_timeout", o["connect_timeout"])
         self._send_buffer_bytes = check_positive("send_buffer_bytes", send_buffer_bytes)
         self._write_through_bytes = send_buffer_bytes
-        self._stall_timeout = check_positive("stall_timeout", stall_timeout)
-        self._disconnect_timeout = check_positive("disconnect_timeout", disconnect_timeout)
+        self._stall_timeout = check_positive("stall_timeout", o["stall_timeout"])
+        self._disconnect_timeout = check_positive("disconnect_timeout", o["disconnect_timeout"])
         # One protocol object per connection (a new session each time); making the
         # first one now checks versions, heart_beat and limits before any I/O.
-        self._protocol_options: Dict[str, Any] = dict(
-            versions=versions,
-            heart_beat=heart_beat,
-            connect_headers=connect_headers,
-            use_stomp_command=use_stomp_command,
-            max_frame_bytes=max_frame_bytes,
-            max_headers=max_headers,
-            max_header_bytes=max_header_bytes,
-        )
+        self._protocol_options: Dict[str, Any] = {name: o[name] for name in _PROTOCOL_OPTIONS}
         self._protocol = self._make_protocol(self.endpoint)
         self._transport: Optional[Transport] = None
         self._tg: Optional[anyio.abc.TaskGroup] = None
@@ -1559,6 +1541,9 @@ class AsyncClient:
         ``receipt=False``); ABORT on an exception or cancellation.
         """
         return AsyncTransaction(self, receipt)
+
+
+AsyncClient.__init__.__signature__ = options_signature(AsyncClient.__init__)  # type: ignore[attr-defined]
 
 
 class _Resume:

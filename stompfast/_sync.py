@@ -50,12 +50,12 @@ import concurrent.futures
 import functools
 import logging
 import math
-import ssl as _ssl
 import threading
 import time
 import weakref
 from collections import deque
 from typing import (
+    TYPE_CHECKING,
     Any,
     Awaitable,
     Callable,
@@ -78,8 +78,10 @@ from anyio.from_thread import BlockingPortal
 
 from ._client import AsyncClient, AsyncTransaction, Receipt
 from ._config import Endpoint
-from ._protocol import SUPPORTED_VERSIONS, Message
-from ._reconnect import ConnectionEvent, ReconnectPolicy
+from ._options import ClientOptions
+from ._options import resolve as resolve_options
+from ._options import signature as options_signature
+from ._protocol import Message
 from ._subscription import DEFAULT_BUFFER_SIZE, AsyncSubscription, WaitTimeout, _copy
 from .errors import (
     ClientClosedError,
@@ -91,6 +93,9 @@ from .errors import (
     StompError,
     StompTimeout,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Unpack
 
 __all__ = ["Client", "Portal", "ReceiptFuture", "Subscription", "SyncMessage", "Transaction"]
 
@@ -762,31 +767,12 @@ class Client:
         self,
         url: Union[str, Sequence[str], None] = None,
         *,
-        login: Optional[str] = None,
-        passcode: Optional[str] = None,
-        virtual_host: Optional[str] = None,
-        host: Optional[str] = None,
-        port: Optional[int] = None,
-        versions: Iterable[str] = SUPPORTED_VERSIONS,
-        heart_beat: Sequence[int] = (10000, 10000),
-        heartbeat_tolerance: float = 3.0,
-        connect_headers: Optional[Mapping[str, str]] = None,
-        connect_timeout: float = 10.0,
-        use_stomp_command: bool = False,
-        send_buffer_bytes: int = 4 * 1024 * 1024,
-        stall_timeout: float = 10.0,
-        disconnect_timeout: float = 5.0,
-        max_frame_bytes: Optional[int] = None,
-        max_headers: Optional[int] = None,
-        max_header_bytes: Optional[int] = None,
-        reconnect: Union[bool, ReconnectPolicy] = True,
-        on_event: Optional[Callable[[ConnectionEvent], Any]] = None,
-        ssl: Union[bool, _ssl.SSLContext, None] = None,
-        server_hostname: Optional[str] = None,
         portal: Union[Portal, BlockingPortal, None] = None,
         backend: Optional[str] = None,
         backend_options: Optional[Mapping[str, Any]] = None,
+        **options: Unpack[ClientOptions],
     ) -> None:
+        send_buffer_bytes = resolve_options(options, "Client")["send_buffer_bytes"]
         self._lock = threading.Lock()
         self._closed = False
         self._connected = False
@@ -820,31 +806,7 @@ class Client:
         self._loop_thread: Optional[threading.Thread] = None
         self._aio_loop: Any = None  # the asyncio loop the portal runs (None on trio)
         self._call_soon: Callable[[Callable[[], Any]], Any]  # runs fn() in the loop, from any thread
-        build = functools.partial(
-            AsyncClient,
-            url,
-            login=login,
-            passcode=passcode,
-            virtual_host=virtual_host,
-            host=host,
-            port=port,
-            versions=versions,
-            heart_beat=heart_beat,
-            heartbeat_tolerance=heartbeat_tolerance,
-            connect_headers=connect_headers,
-            connect_timeout=connect_timeout,
-            use_stomp_command=use_stomp_command,
-            send_buffer_bytes=send_buffer_bytes,
-            stall_timeout=stall_timeout,
-            disconnect_timeout=disconnect_timeout,
-            max_frame_bytes=max_frame_bytes,
-            max_headers=max_headers,
-            max_header_bytes=max_header_bytes,
-            reconnect=reconnect,
-            on_event=on_event,
-            ssl=ssl,
-            server_hostname=server_hostname,
-        )
+        build = functools.partial(AsyncClient, url, **options)
         try:
             # The async client makes anyio primitives, which belong to the loop: build it there.
             self._async, self._closing, self._loop_thread, self._aio_loop, self._call_soon = self._wait(
@@ -1363,6 +1325,9 @@ class Client:
         ep = self._async.endpoint
         state = "connected" if self.is_connected else ("closed" if self._closed else "not connected")
         return f"<Client {ep.host}:{ep.port} {state}>"
+
+
+Client.__init__.__signature__ = options_signature(Client.__init__)  # type: ignore[attr-defined]
 
 
 # -- subscriptions -----------------------------------------------------------------------------

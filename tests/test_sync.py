@@ -1204,3 +1204,21 @@ def test_a_consumer_thread_sleeping_between_messages_does_not_stop_heart_beats(m
         c.send("/queue/h", b"third", receipt=True, timeout=WAIT)
         assert sub.receive(timeout=WAIT).body == b"third"
     assert c.is_connected and c.error is None and broker.connections == 1
+
+
+def test_the_client_options_are_defined_once_and_documented():
+    # ClientOptions (names, types) and DEFAULTS are the one definition: both
+    # constructors take exactly those, show them in their signature, and the
+    # AsyncClient docstring describes each one.
+    from stompfast._options import DEFAULTS, ClientOptions
+
+    assert list(DEFAULTS) == list(ClientOptions.__annotations__)
+    for cls, extra in ((AsyncClient, set()), (Client, {"portal", "backend", "backend_options"})):
+        params = inspect.signature(cls.__init__).parameters
+        assert set(params) == {"self", "url"} | set(DEFAULTS) | extra
+        assert {name: params[name].default for name in DEFAULTS} == DEFAULTS
+        with pytest.raises(TypeError, match="unexpected keyword argument 'heartbeat'"):
+            cls(heartbeat=(0, 0))
+    doc = AsyncClient.__doc__ or ""
+    undocumented = [name for name in DEFAULTS if name not in doc]
+    assert undocumented == [], f"AsyncClient's docstring does not describe {undocumented}"

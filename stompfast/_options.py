@@ -1,0 +1,99 @@
+"""The client options, defined once: names and types (ClientOptions), defaults (DEFAULTS).
+
+:class:`~stompfast.AsyncClient` and :class:`~stompfast.Client` take the same
+keyword options (``Client`` adds where its event loop runs); both constructors
+are ``(url=None, **options: Unpack[ClientOptions])`` and get their introspected
+signature (``help()``, ``inspect.signature``, IDEs that read it) from here, so a
+new option is written once: a line in ClientOptions, its default in DEFAULTS and
+its description in AsyncClient's docstring. What each option means is documented
+there (and in docs/client.md).
+"""
+
+
+import inspect
+import ssl as _ssl
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Union
+
+from ._protocol import SUPPORTED_VERSIONS
+from ._reconnect import ConnectionEvent, ReconnectPolicy
+
+try:
+    from typing import TypedDict
+except ImportError:  # pragma: no cover - Python < 3.8
+    from typing_extensions import TypedDict
+
+__all__ = ["DEFAULTS", "ClientOptions", "resolve", "signature"]
+
+
+class ClientOptions(TypedDict, total=False):
+    """Every keyword option of AsyncClient and Client (see AsyncClient for what each means)."""
+
+    login: Optional[str]
+    passcode: Optional[str]
+    virtual_host: Optional[str]
+    host: Optional[str]
+    port: Optional[int]
+    versions: Iterable[str]
+    heart_beat: Sequence[int]
+    heartbeat_tolerance: float
+    connect_headers: Optional[Mapping[str, str]]
+    connect_timeout: float
+    use_stomp_command: bool
+    send_buffer_bytes: int
+    stall_timeout: float
+    disconnect_timeout: float
+    max_frame_bytes: Optional[int]
+    max_headers: Optional[int]
+    max_header_bytes: Optional[int]
+    reconnect: Union[bool, ReconnectPolicy]
+    on_event: Optional[Callable[[ConnectionEvent], Any]]
+    ssl: Union[bool, _ssl.SSLContext, None]
+    server_hostname: Optional[str]
+
+
+#: The default of every option, in ClientOptions' order.
+DEFAULTS: Dict[str, Any] = {
+    "login": None,
+    "passcode": None,
+    "virtual_host": None,
+    "host": None,
+    "port": None,
+    "versions": SUPPORTED_VERSIONS,
+    "heart_beat": (10000, 10000),
+    "heartbeat_tolerance": 3.0,
+    "connect_headers": None,
+    "connect_timeout": 10.0,
+    "use_stomp_command": False,
+    "send_buffer_bytes": 4 * 1024 * 1024,
+    "stall_timeout": 10.0,
+    "disconnect_timeout": 5.0,
+    "max_frame_bytes": None,
+    "max_headers": None,
+    "max_header_bytes": None,
+    "reconnect": True,
+    "on_event": None,
+    "ssl": None,
+    "server_hostname": None,
+}
+assert list(DEFAULTS) == list(ClientOptions.__annotations__), "DEFAULTS must follow ClientOptions"
+
+
+def resolve(options: Mapping[str, Any], owner: str) -> Dict[str, Any]:
+    """``options`` over the defaults; an unknown name is a TypeError, as for any keyword argument."""
+    unknown = [name for name in options if name not in DEFAULTS]
+    if unknown:
+        raise TypeError(f"{owner}() got an unexpected keyword argument {unknown[0]!r}")
+    return {**DEFAULTS, **options}
+
+
+def signature(fn: Callable[..., Any]) -> inspect.Signature:
+    """``fn``'s signature with ``**options`` spelled out: its positional parameters, the options, its own keywords."""
+    own = list(inspect.signature(fn).parameters.values())
+    hints = ClientOptions.__annotations__
+    options = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hints[name])
+        for name, default in DEFAULTS.items()
+    ]
+    positional = [p for p in own if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    keywords = [p for p in own if p.kind is p.KEYWORD_ONLY]
+    return inspect.signature(fn).replace(parameters=positional + options + keywords)
