@@ -4,32 +4,41 @@ Theory of operation
 -------------------
 A :class:`Client` owns (or shares) a :class:`Portal`: an anyio event loop
 running in a daemon thread, entered through an
-:class:`anyio.from_thread.BlockingPortal`. Every blocking call hands one
-coroutine of the :class:`~stompfast.AsyncClient` to that loop and waits for its
-result, so the protocol logic exists once, in the async client; this module
-only crosses threads, bounds waits and wraps results (DESIGN rule 11). Calls
-from many threads at once are safe because the loop runs them one at a time.
+:class:`anyio.from_thread.BlockingPortal`. The protocol logic exists once, in
+the async client; this module crosses threads, bounds waits and wraps results
+(DESIGN rule 11), and it crosses as rarely as the guarantees allow:
 
+* **Taking messages crosses nothing.** A sync subscription takes messages from
+  the async subscription's buffer in the calling thread
+  (:class:`~stompfast._subscription.ThreadHandoff`: ``deque.popleft``, a
+  condition waited on only when the buffer is empty, notified by the reader once
+  per read). A message handed out is the received ``Message`` itself, re-classed
+  as :class:`SyncMessage`.
+* **Receipt-less sends and acks cross once per burst.** They go on an ordered
+  queue (:class:`_Outbox`) written by one drainer task of the connection, woken
+  by the first frame of a burst with one cheap loop wake-up.
+* **A receipted send crosses once each way.** A loop callback writes the frame
+  and the RECEIPT releases the waiting thread (no task, no future per call).
+  Other blocking calls hand one coroutine of the async client to the loop.
 * **Connection lifetime.** ``connect()`` starts one *host task* in the loop
   that enters ``async with AsyncClient(...)`` and then waits for ``close()``.
   The async client's task group lives in that task from the first byte to the
   last, as anyio requires; ``close()`` wakes it, and leaving the block sends
   DISCONNECT (bounded by ``disconnect_timeout``) and stops the background tasks.
 * **Timeouts.** Async methods take no timeout (DESIGN rule 9); the sync ones
-  take ``timeout=`` (seconds, ``None`` = wait for ever). The wait runs inside a
-  cancel scope with that deadline *in the loop*, so a timeout cancels the
-  awaited operation there (nothing keeps waiting for an answer nobody reads),
-  and only a deadline of our own scope becomes a :class:`~stompfast.StompTimeout`
+  take ``timeout=`` (seconds, ``None`` = wait for ever). A coroutine handed to
+  the loop waits inside a cancel scope with that deadline *in the loop*, so a
+  timeout cancels the awaited operation there (nothing keeps waiting for an
+  answer nobody reads); ``receive`` and a receipted ``send`` wait in the calling
+  thread and stop waiting there (nothing was taken; the frame was sent and its
+  receipt may still come). Only a deadline of our own becomes a :class:`~stompfast.StompTimeout`
   subclass: ``ReceiptTimeout`` (a RECEIPT did not come), ``ReceiveTimeout`` (no
   message), ``ConnectTimeout`` (no CONNECTED), plain ``StompTimeout`` (no room
   in the send buffer). A timeout raised by the async client itself (e.g.
   ``HeartbeatTimeout``) passes through unchanged.
-* **No message is lost to a timeout or an interrupt.** A sync subscription
-  moves messages from the async subscription's buffer into a local deque *in
-  the loop*, in the same step that takes them, and the calling thread then pops
-  them from that deque. A wait that times out has taken nothing; a thread
-  interrupted (``KeyboardInterrupt``) after the loop took a message finds it in
-  the deque on its next ``receive``.
+* **No message is lost to a timeout or an interrupt.** A wait that times out
+  has taken nothing; a ``receive_batch`` interrupted (``KeyboardInterrupt``)
+  between two messages puts back what it had taken, in order.
 * **Callbacks.** ``subscribe(..., callback=fn)`` starts one daemon thread per
   subscription that pulls batches and calls ``fn(message)`` for each, so a slow
   callback holds up only its own subscription (through its bounded buffer),
