@@ -221,17 +221,23 @@ def worker_sync(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
             client_ack = scenario == DRAIN_CLIENT
             mode = spec["backend"]
             ack_mode = "client-individual" if client_ack else "auto"
+
+            def handle(msg: Any) -> bool:
+                """What every consumer row does per message (the README's loop body); True at the last."""
+                got.append(msg.body)
+                last = len(got) == n
+                if client_ack:
+                    if last:
+                        msg.ack(receipt=True, timeout=timeout)
+                    else:
+                        msg.ack()
+                return last
+
             if mode == "callback":
                 done = threading.Event()
 
                 def on_message(msg: Any) -> None:
-                    got.append(msg.body)
-                    if client_ack:
-                        if len(got) == n:
-                            msg.ack(receipt=True, timeout=timeout)
-                        else:
-                            msg.ack()
-                    if len(got) == n:
+                    if handle(msg):
                         done.set()
 
                 win.start()
@@ -244,26 +250,14 @@ def worker_sync(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
                 with c.subscribe(dest, ack=ack_mode, buffer_size=PREFETCH, timeout=timeout) as sub:
                     while len(got) < n:
                         for msg in sub.receive_batch(1000, timeout=timeout):
-                            got.append(msg.body)
-                            if client_ack:
-                                if len(got) == n:
-                                    msg.ack(receipt=True, timeout=timeout)
-                                else:
-                                    msg.ack()
-                            if len(got) == n:
+                            if handle(msg):
                                 break
                     win.stop()
             else:  # the README's loop, as written there
                 win.start()
                 with c.subscribe(dest, ack=ack_mode, buffer_size=PREFETCH, timeout=timeout) as sub:
                     for msg in sub:
-                        got.append(msg.body)
-                        if client_ack:
-                            if len(got) == n:
-                                msg.ack(receipt=True, timeout=timeout)
-                            else:
-                                msg.ack()
-                        if len(got) == n:
+                        if handle(msg):
                             break
                     win.stop()
             out.update(cc.check_bodies(got, tag, n))
