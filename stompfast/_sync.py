@@ -687,6 +687,16 @@ class _Outbox:
         wakeup = self.wakeup
         if wakeup is not None:
             wakeup.set()
+            return
+        # No drainer (the connection's host task has ended): nothing will write
+        # these; end the waits instead of leaving them for ever.
+        with self.lock:
+            self.queue.clear()
+            self.queued_bytes = 0
+            self.active = False
+            if self.error is None:
+                self.error = ClientClosedError("the client is closed")
+            self.idle.notify_all()
 
     async def drainer(self) -> None:
         """(In the loop, for the life of the connection.) Write the queue out, woken once per burst."""
