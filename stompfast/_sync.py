@@ -627,8 +627,8 @@ class _Outbox:
     still be garbage collected and closed by its finalizer).
     """
 
-    __slots__ = ("queue", "queued_bytes", "lock", "idle", "active", "wakeup", "error", "_send", "_call_soon",
-                 "_loop_thread")
+    __slots__ = ("queue", "queued_bytes", "lock", "idle", "active", "wakeup", "ended", "error", "_send",
+                 "_call_soon", "_loop_thread")
 
     def __init__(self, send: Callable[..., Awaitable[Any]], call_soon: Callable[[Callable[[], Any]], Any],
                  loop_thread: threading.Thread) -> None:
@@ -638,6 +638,7 @@ class _Outbox:
         self.idle = threading.Condition(self.lock)  # notified when the queue is written out (or dropped)
         self.active = False  # the drainer was woken for the queue and has not emptied it yet
         self.wakeup: Optional[anyio.Event] = None  # (loop side) the drainer waits on it
+        self.ended = False  # the drainer has run and is gone
         self.error: Optional[BaseException] = None  # what stopped the last drain, raised by the next call
         self._send = send
         self._call_soon = call_soon
@@ -688,8 +689,10 @@ class _Outbox:
         if wakeup is not None:
             wakeup.set()
             return
-        # No drainer (the connection's host task has ended): nothing will write
-        # these; end the waits instead of leaving them for ever.
+        if not self.ended:
+            return  # the drainer has not started yet: it looks at ``active`` when it does
+        # The drainer is gone (the connection's host task has ended): nothing will
+        # write these; end the waits instead of leaving them for ever.
         with self.lock:
             self.queue.clear()
             self.queued_bytes = 0
@@ -710,6 +713,7 @@ class _Outbox:
                 await self._drain()
         finally:
             self.wakeup = None
+            self.ended = True
 
     async def _drain(self) -> None:
         send = self._send
