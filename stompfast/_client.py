@@ -39,9 +39,11 @@ it, shielded and bounded by ``disconnect_timeout``, then closes the socket.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import ssl as _ssl
+import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import anyio
@@ -329,6 +331,11 @@ class AsyncClient:
         self._state = "new"  # new -> connecting -> open -> closing -> closed
         self._error: Optional[BaseException] = None
         self._receipts: Dict[str, Receipt] = {}
+        # Guards the receipt registry and the installed connection against
+        # send_from_thread (the blocking client's threads); the loop takes it only
+        # to fail receipts in bulk and to install a connection.
+        self._registry_lock = threading.Lock()
+        self._thread_receipts = itertools.count(1)  # receipt ids "t<n>" of send_from_thread
         self._subs: Dict[str, AsyncSubscription] = {}
         self._out: List[bytes] = []
         self._out_bytes = 0
@@ -570,8 +577,10 @@ class AsyncClient:
                     await transport.aclose()
             raise
         # Install the new connection: fresh per-connection state, fresh tasks.
-        self._protocol = protocol
-        self._transport = transport
+        with self._registry_lock:  # (a thread sending directly sees all of it or none)
+            self._protocol = protocol
+            self._transport = transport
+            self._receipts = {}
         self.endpoint = endpoint
         self._out = []
         self._out_bytes = 0
@@ -585,7 +594,6 @@ class AsyncClient:
         )
         self._wakeup = anyio.Event()
         self._drained = None
-        self._receipts = {}
         self._paused_on = None
         self._stalled = False
         self._stall_handle = None
@@ -679,9 +687,7 @@ class AsyncClient:
         if self._state == "open":
             self._state = "reconnecting"
             self._up_event = self._next_up
-        for receipt in self._receipts.values():
-            receipt._fail(error)
-        self._receipts.clear()
+        self._fail_receipts(error)
         dropped_frames = sum(1 for data in self._out if data != b"\n")
         self._out.clear()
         self._out_bytes = 0
@@ -751,9 +757,7 @@ class AsyncClient:
     def _give_up(self, error: BaseException) -> None:
         """No attempt left: fail the client for good with ``error``."""
         self._error = error
-        for receipt in self._receipts.values():
-            receipt._fail(error)
-        self._receipts.clear()
+        self._fail_receipts(error)
         for sub in self._subs.values():
             sub._close(error)
         if self._up_event is not None:
@@ -809,9 +813,7 @@ class AsyncClient:
             # Stop the background tasks through their own scopes: the task group
             # is left by __aexit__ (or here, after a manual connect()).
             closed = ClientClosedError("the client is closed")
-            for receipt in self._receipts.values():
-                receipt._fail(self._error or closed)
-            self._receipts.clear()
+            self._fail_receipts(self._error or closed)
             for sub in list(self._subs.values()):
                 sub._close(self._error)
             self._subs.clear()
@@ -866,9 +868,7 @@ class AsyncClient:
         if self._state in ("closing", "closed"):
             # Our own close is under way (it may be what ended the connection):
             # only end the waits, so that close does not sit out its timeout.
-            for receipt in self._receipts.values():
-                receipt._fail(error)
-            self._receipts.clear()
+            self._fail_receipts(error)
             return
         if (
             self._policy.enabled
@@ -880,9 +880,7 @@ class AsyncClient:
             return
         self._error = error
         self._link_alive = False
-        for receipt in self._receipts.values():
-            receipt._fail(error)
-        self._receipts.clear()
+        self._fail_receipts(error)
         for sub in self._subs.values():
             sub._close(error)
         for tx in list(self._transactions):
@@ -1020,13 +1018,15 @@ class AsyncClient:
                     await self._wakeup.wait()
                     if not out:
                         continue
+                # _writing before the queue looks empty: a thread sending directly
+                # (send_from_thread) must never pass frames taken but not yet written
+                self._writing = True
                 data = out[0] if len(out) == 1 else b"".join(out)
                 out.clear()
                 self._out_bytes = 0
                 if self._drained is not None:
                     self._drained.set()
                     self._drained = None
-                self._writing = True
                 try:
                     await transport.send(data)
                 finally:
@@ -1279,10 +1279,20 @@ class AsyncClient:
         )
 
     def _fail_receipts_for_stall(self, sub: AsyncSubscription) -> None:
-        error = self._stall_error(sub)
-        for receipt in self._receipts.values():
+        self._fail_receipts(self._stall_error(sub))
+
+    def _fail_receipts(self, error: BaseException) -> None:
+        """Fail every pending receipt with ``error`` and forget them.
+
+        Under the registry lock: the blocking client registers receipts from its
+        own threads (:meth:`send_from_thread`), which must not land between the
+        snapshot and the clear, nor change the dict while it is iterated.
+        """
+        with self._registry_lock:
+            receipts = list(self._receipts.values())
+            self._receipts.clear()
+        for receipt in receipts:
             receipt._fail(error)
-        self._receipts.clear()
 
     def _register(self, receipt_id: Optional[str]) -> Receipt:
         assert receipt_id is not None
@@ -1393,6 +1403,62 @@ class AsyncClient:
         self._queue(data)
         self._flush_now()
         return pending
+
+    def send_from_thread(
+        self,
+        destination: str,
+        body: Union[bytes, bytearray, memoryview, str],
+        headers: Optional[Mapping[str, Any]],
+        content_type: Optional[str],
+        on_done: Callable[[Receipt], Any],
+    ) -> Optional[Receipt]:
+        """(Any thread.) A SEND with a receipt, written to the socket by the calling thread itself.
+
+        The blocking client's round trip: no hop into the event loop to send, so
+        the loop wakes only for the RECEIPT (``on_done(receipt)`` is then called
+        in the loop). Returns None, having sent nothing, whenever that is not
+        safe at this moment: not plain TCP on the stock asyncio loop, frames
+        queued or being written ahead of this one (order), the asyncio write
+        buffer not empty, a reconnect or a stall under way. The caller then
+        sends through the loop.
+
+        Raises LocalProtocolError (and TypeError for a body of another type) as
+        :meth:`send` does.
+        """
+        transport = self._transport
+        if type(transport) is not AsyncioTransport or not transport.direct_ok:
+            return None
+        if type(body) is not bytes:
+            if isinstance(body, str):
+                body = body.encode("utf-8")
+                if content_type is None:
+                    content_type = TEXT_CONTENT_TYPE
+            elif isinstance(body, (bytearray, memoryview)):
+                body = bytes(body)
+            else:
+                raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+        with self._registry_lock:
+            if (
+                self._error is not None
+                or self._state != "open"
+                or not self._link_alive
+                or self._transport is not transport
+                or self._out
+                or self._writing
+                or self._stalled
+            ):
+                return None
+            receipt_id = "t%d" % next(self._thread_receipts)
+            data = self._protocol.encode_send(destination, body, headers, content_type, receipt_id)
+            receipt = Receipt(receipt_id, self._loop)
+            receipt.add_done_callback(on_done)  # before anything can complete it
+            self._receipts[receipt_id] = receipt
+            if not transport.write_from_thread(data):
+                del self._receipts[receipt_id]
+                return None
+            if self._beating:
+                self._last_sent = self._clock()
+        return receipt
 
     async def _send_receipted(self, data: bytes, receipt_id: str, wait: bool) -> Receipt:
         pending = self._register(receipt_id)

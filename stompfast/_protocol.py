@@ -490,6 +490,34 @@ class StompProtocol:
         receipt_id = self._finish(h, receipt, headers)
         return self._encode("SEND", h, body), receipt_id
 
+    def encode_send(
+        self,
+        destination: str,
+        body: bytes,
+        headers: Optional[Mapping[str, Any]],
+        content_type: Optional[str],
+        receipt_id: str,
+    ) -> bytes:
+        """The SEND frame :meth:`send` builds with a receipt, for the caller's own ``receipt_id``.
+
+        Safe to call from another thread while the session is used elsewhere: it
+        reads the session state and the negotiated escaping and changes nothing
+        (no receipt counter, no cached heads). The bytes are ``send``'s for the
+        same arguments (destination, content-type, receipt, then the caller's
+        headers that name none of those).
+        """
+        if "SEND" not in self._allowed:
+            self._check("SEND")
+        h: Dict[str, Any] = {"destination": destination}
+        if content_type is not None:
+            h["content-type"] = content_type
+        h["receipt"] = receipt_id
+        if headers:
+            for name, value in headers.items():
+                if name not in h:
+                    h[name] = value
+        return encode_frame("SEND", h, body, self._wire_version)
+
     def send_plain(self, destination: str, body: bytes) -> bytes:
         """The hot SEND: ``body`` is ``bytes``; no headers, content type, receipt or transaction.
 

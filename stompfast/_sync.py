@@ -1196,6 +1196,11 @@ class Client:
         """
         handover = _Handover()
         client = self._async
+        # Plain TCP on the stock asyncio loop, nothing queued ahead: this thread
+        # writes the SEND itself and the loop wakes only for the RECEIPT.
+        direct = client.send_from_thread(destination, body, headers, content_type, handover.set)
+        if direct is not None:
+            return self._receipt_when_done(handover, timeout, on_timeout)
 
         def start() -> None:  # in the loop
             try:
@@ -1215,6 +1220,12 @@ class Client:
             self._call_soon(start)
         except RuntimeError:
             raise ClientClosedError("the client is closed (its event loop has stopped)") from None
+        return self._receipt_when_done(handover, timeout, on_timeout)
+
+    def _receipt_when_done(
+        self, handover: "_Handover", timeout: Optional[float], on_timeout: Callable[[], BaseException]
+    ) -> Optional[Receipt]:
+        """Wait for ``handover`` (a receipt done, a refusal, or None); raise the receipt's failure."""
         if not handover.wait(timeout, self._loop_thread):  # type: ignore[arg-type]
             raise on_timeout()
         if handover.error is not None:

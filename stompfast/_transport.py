@@ -29,8 +29,10 @@ socket and these same classes; the plain TCP path is not touched by either.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import ssl
+import threading
 from collections import deque
 from typing import Any, Deque, Optional
 
@@ -99,6 +101,7 @@ class _Protocol:
         self.drain: Any = None  # future a send() waits on while writing is paused
         self.on_data: Any = None  # push mode: called with each chunk from data_received
         self.on_eof: Any = None  # push mode: called once with the error (or None) at EOF
+        self.on_lost: Any = None  # called once when the connection is lost (the transport's own clean-up)
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -123,6 +126,9 @@ class _Protocol:
     def connection_lost(self, exc: Optional[BaseException]) -> None:
         self.eof = True
         self.error = exc
+        on_lost, self.on_lost = self.on_lost, None
+        if on_lost is not None:
+            on_lost()
         self._wake_reader()
         self._push_eof()
         if self.drain is not None and not self.drain.done():
@@ -181,27 +187,47 @@ class _BufferedProtocol(_Protocol, asyncio.BufferedProtocol):
 class AsyncioTransport:
     """A connected asyncio transport with the interface of :class:`Transport`."""
 
-    __slots__ = ("_transport", "_protocol", "peer", "closed")
+    __slots__ = ("_transport", "_protocol", "peer", "closed", "direct_ok", "_lock", "_direct", "_tail", "_loop")
 
-    def __init__(self, transport: Any, protocol: _Protocol, peer: str) -> None:
+    def __init__(self, transport: Any, protocol: _Protocol, peer: str, direct_ok: bool = False) -> None:
         self._transport = transport
         self._protocol = protocol
         self.peer = peer
         self.closed = False
+        #: another thread may write through :meth:`write_from_thread` (plain TCP, stock asyncio loop)
+        self.direct_ok = direct_ok
+        # Every write, the loop's and a thread's, holds this lock, so their bytes
+        # never interleave; a thread's partial write leaves its rest in _tail,
+        # which goes out before anything written after it.
+        self._lock = threading.Lock()
+        self._direct: Optional[socket.socket] = None  # a dup of the socket, for threads
+        self._tail: Optional[bytes] = None
+        self._loop: Any = None
+        if direct_ok:
+            self._loop = asyncio.get_running_loop()
+            protocol.on_lost = self._close_direct
 
     def try_write(self, data: bytes) -> bool:
         """Write ``data`` now if the transport takes it without waiting; False leaves it to ``send``."""
         protocol = self._protocol
         if protocol.eof or self._transport.is_closing() or (protocol.drain is not None and not protocol.drain.done()):
             return False
-        self._transport.write(data)
+        with self._lock:
+            if self._tail is not None:
+                data = self._tail + data
+                self._tail = None
+            self._transport.write(data)
         return True
 
     async def send(self, data: bytes) -> None:
         protocol = self._protocol
         if protocol.eof or self._transport.is_closing():
             raise ConnectionLostError(f"connection to {self.peer} lost while sending: {_describe(protocol.error)}")
-        self._transport.write(data)
+        with self._lock:
+            if self._tail is not None:
+                data = self._tail + data
+                self._tail = None
+            self._transport.write(data)
         drain = protocol.drain
         if drain is not None and not drain.done():
             await drain
@@ -262,16 +288,71 @@ class AsyncioTransport:
         if not self._transport.is_closing():
             self._transport.resume_reading()
 
+    def write_from_thread(self, data: bytes) -> bool:
+        """(Any thread but the loop's.) Write ``data`` to the socket now; False when it cannot be done safely.
+
+        Only while asyncio holds nothing unwritten (its buffer empty, writing not
+        paused) and no earlier thread write left a tail: then these bytes are the
+        next on the wire. A partial write keeps the rest as the tail, handed to
+        the loop at once and written before anything else. False (nothing was
+        written) leaves the frame to the loop.
+        """
+        protocol = self._protocol
+        with self._lock:
+            transport = self._transport
+            if (
+                self.closed
+                or self._tail is not None
+                or protocol.eof
+                or transport.is_closing()
+                or transport.get_write_buffer_size()
+                or (protocol.drain is not None and not protocol.drain.done())
+            ):
+                return False
+            sock = self._direct
+            if sock is None:
+                try:
+                    sock = self._direct = socket.socket(fileno=os.dup(transport.get_extra_info("socket").fileno()))
+                except OSError:  # a platform whose sockets are not file descriptors
+                    self.direct_ok = False
+                    return False
+            try:
+                sent = sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                return False
+            except OSError:
+                return False  # the loop sees the failure on its side
+            if sent < len(data):
+                self._tail = data[sent:]
+                self._loop.call_soon_threadsafe(self._flush_tail)
+            return True
+
+    def _flush_tail(self) -> None:
+        """(In the loop.) Write what a thread's partial write left, unless a loop write took it already."""
+        with self._lock:
+            tail, self._tail = self._tail, None
+            if tail is not None and not self._transport.is_closing():
+                self._transport.write(tail)
+
+    def _close_direct(self) -> None:
+        """Close the threads' duplicate of the socket (else it would hold the connection open)."""
+        with self._lock:
+            sock, self._direct = self._direct, None
+        if sock is not None:
+            sock.close()
+
     def close_now(self) -> None:
         """Close without waiting (push mode, from a callback); no callback is made after this."""
         self.closed = True
         self._protocol.on_data = self._protocol.on_eof = None
+        self._close_direct()
         self._transport.close()
 
     async def aclose(self) -> None:
         if self.closed:
             return
         self.closed = True
+        self._close_direct()
         self._transport.close()
 
 
@@ -315,7 +396,10 @@ async def _open_asyncio(
         transport, protocol = await loop.create_connection(
             _BufferedProtocol, host, port, ssl=ssl_context, server_hostname=server_hostname or host
         )
-    return AsyncioTransport(transport, protocol, peer)
+    # Threads may write a plain TCP socket of the stock selector loop directly (the
+    # blocking client's receipted sends); TLS and uvloop transports keep their own.
+    direct_ok = ssl_context is None and isinstance(loop, asyncio.selector_events.BaseSelectorEventLoop)
+    return AsyncioTransport(transport, protocol, peer, direct_ok)
 
 
 async def _open_asyncio_ws(

@@ -893,7 +893,7 @@ EXTRA_NAMES = {
 #: Public names of an async class that are the blocking client's own way in, with no twin.
 ASYNC_ONLY = {
     "AsyncSubscription": {"handoff", "check_ack"},  # how the sync Subscription takes and acks from threads
-    "AsyncClient": {"send_nowait"},  # for synchronous code in the loop (the sync send does not wait either)
+    "AsyncClient": {"send_nowait", "send_from_thread"},  # the blocking client's ways in (its send does not wait)
 }
 
 TWINS = [

@@ -1,0 +1,125 @@
+"""A thread writing a receipted SEND itself (the blocking client's round trip): order and the partial write.
+
+The direct path exists on the stock asyncio loop over plain TCP only
+(``AsyncioTransport.write_from_thread``); elsewhere it declines and the loop
+writes. Its one delicate case is a partial write: the rest must reach the wire
+before anything written after it, by the loop or by another thread.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any, List
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from stompfast import Client
+from stompfast._transport import open_transport
+from stompfast.testing import Broker
+
+pytestmark = [pytest.mark.timeout(60)]
+
+WAIT = 5
+
+
+class SlowReader:
+    """Accepts one connection and reads nothing until ``start`` is set; then reads everything to EOF."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.port = self.listener.getsockname()[1]
+        self.start = threading.Event()
+        self.data = bytearray()
+        self.done = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.listener.accept()
+        with conn:
+            self.start.wait(WAIT * 2)
+            while True:
+                chunk = conn.recv(1 << 20)
+                if not chunk:
+                    break
+                self.data += chunk
+        self.done.set()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [pytest.param(("asyncio", {}), id="asyncio")])
+async def test_a_partial_thread_write_reaches_the_wire_before_what_follows(anyio_backend):
+    server = SlowReader()
+    transport: Any = await open_transport("127.0.0.1", server.port)
+    assert transport.direct_ok
+    first, big, last = b"A" * 1000, bytes(range(256)) * (32 * 1024), b"C" * 1000  # 8 MiB in the middle
+    assert transport.try_write(first)
+    wrote = await anyio.to_thread.run_sync(transport.write_from_thread, big)
+    assert wrote  # (partly: nobody reads, so the kernel took only what fits)
+    # the rest is pending: still the tail, or already handed to asyncio's buffer
+    pending = len(transport._tail or b"") + transport._transport.get_write_buffer_size()
+    assert 0 < pending < len(big)
+    # A second thread write while bytes are pending must decline, not jump ahead.
+    assert not await anyio.to_thread.run_sync(transport.write_from_thread, b"X" * 10)
+    server.start.set()
+    await transport.send(last)  # the loop's next write, after the tail
+    with anyio.fail_after(WAIT):
+        while transport._transport.get_write_buffer_size() or transport._tail is not None:
+            await anyio.sleep(0.01)
+    await transport.aclose()
+    assert await anyio.to_thread.run_sync(server.done.wait, WAIT)
+    assert bytes(server.data) == first + big + last
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "anyio_backend",
+    [pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio-uvloop"), pytest.param(("trio", {}), id="trio")],
+)
+async def test_the_direct_path_declines_off_the_stock_asyncio_loop(anyio_backend):
+    server = SlowReader()
+    transport: Any = await open_transport("127.0.0.1", server.port)
+    assert not getattr(transport, "direct_ok", False)
+    server.start.set()
+    await transport.aclose()
+
+
+BACKENDS = [
+    pytest.param(("asyncio", None), id="asyncio"),
+    pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio-uvloop"),
+    pytest.param(("trio", None), id="trio"),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_receipted_sends_keep_their_place_among_queued_ones(backend):
+    # One thread mixes plain sends (queued, written by the loop) with receipted
+    # ones (written by the thread itself where it can): the broker must see them
+    # in the order of the calls, and a receipt must cover every earlier send.
+    name, options = backend
+    with Broker.in_thread() as broker:
+        with Client(broker.url, heart_beat=(0, 0), reconnect=False, backend=name, backend_options=options) as c:
+            with c.subscribe("/queue/o") as sub:
+                expected: List[bytes] = []
+                for i in range(400):
+                    body = b"%d" % i
+                    expected.append(body)
+                    if i % 4 == 3:
+                        c.send("/queue/o", body, receipt=True, timeout=WAIT)
+                        # everything sent so far has reached the broker
+                        assert broker.stats.frames_in.get("SEND", 0) >= i + 1
+                    else:
+                        c.send("/queue/o", body)
+                got = [sub.receive(timeout=WAIT).body for _ in expected]
+            assert got == expected
+            receipts = [f.headers.get("receipt", "") for f in broker.received if f.command == "SEND"]
+            direct = [r for r in receipts if r.startswith("t")]
+            if name == "asyncio" and not options:
+                assert direct, "the stock asyncio loop should have written some SENDs from the thread"
+            else:
+                assert not direct
+        broker.wait_for_blocking(lambda: broker.connections == 0)  # the thread's socket dup did not keep it open
