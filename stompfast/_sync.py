@@ -17,9 +17,11 @@ the async client; this module crosses threads, bounds waits and wraps results
 * **Receipt-less sends and acks cross once per burst.** They go on an ordered
   queue (:class:`_Outbox`) written by one drainer task of the connection, woken
   by the first frame of a burst with one cheap loop wake-up.
-* **A receipted send crosses once each way.** A loop callback writes the frame
-  and the RECEIPT releases the waiting thread (no task, no future per call).
-  Other blocking calls hand one coroutine of the async client to the loop.
+* **A receipted send crosses only back.** On the stock asyncio loop over plain
+  TCP the calling thread writes the frame itself
+  (:meth:`AsyncClient.send_from_thread`); elsewhere one loop callback does. The
+  RECEIPT releases the waiting thread (no task, no future per call). Other
+  blocking calls hand one coroutine of the async client to the loop.
 * **Connection lifetime.** ``connect()`` starts one *host task* in the loop
   that enters ``async with AsyncClient(...)`` and then waits for ``close()``.
   The async client's task group lives in that task from the first byte to the
