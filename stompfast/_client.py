@@ -106,6 +106,17 @@ __all__ = ["AsyncClient", "AsyncTransaction", "Receipt"]
 TEXT_CONTENT_TYPE = "text/plain;charset=utf-8"
 
 
+def _body_bytes(body: Any, content_type: Optional[str]) -> Tuple[bytes, Optional[str]]:
+    """A SEND body as bytes: a ``str`` is UTF-8 (labelled text/plain unless ``content_type`` says otherwise)."""
+    if type(body) is bytes:
+        return body, content_type
+    if isinstance(body, str):
+        return body.encode("utf-8"), TEXT_CONTENT_TYPE if content_type is None else content_type
+    if isinstance(body, (bytes, bytearray, memoryview)):  # (bytes subclasses too)
+        return bytes(body), content_type
+    raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+
+
 class Receipt:
     """A frame's confirmation from the broker, awaited with ``await receipt``.
 
@@ -1352,15 +1363,7 @@ class AsyncClient:
         receipt: bool,
     ) -> Tuple[bytes, Optional[str]]:
         """The SEND frame of :meth:`send` and its receipt id (the body rules are send's)."""
-        if type(body) is not bytes:
-            if isinstance(body, str):
-                body = body.encode("utf-8")
-                if content_type is None:
-                    content_type = TEXT_CONTENT_TYPE
-            elif isinstance(body, (bytes, bytearray, memoryview)):
-                body = bytes(body)
-            else:
-                raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+        body, content_type = _body_bytes(body, content_type)
         return self._protocol.send(destination, body, headers, content_type=content_type, receipt=receipt)
 
     def send_nowait(
@@ -1428,15 +1431,7 @@ class AsyncClient:
         transport = self._transport
         if type(transport) is not AsyncioTransport or not transport.direct_ok:
             return None
-        if type(body) is not bytes:
-            if isinstance(body, str):
-                body = body.encode("utf-8")
-                if content_type is None:
-                    content_type = TEXT_CONTENT_TYPE
-            elif isinstance(body, (bytearray, memoryview)):
-                body = bytes(body)
-            else:
-                raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+        body, content_type = _body_bytes(body, content_type)
         with self._registry_lock:
             if (
                 self._error is not None
