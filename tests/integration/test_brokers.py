@@ -13,7 +13,7 @@ import os
 import anyio
 import pytest
 
-from stompfast import AsyncClient, AuthenticationError, LocalProtocolError, Message, ServerError
+from stompfast import AsyncClient, AuthenticationError, LocalProtocolError, Message, RemoteProtocolError, ServerError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -240,10 +240,18 @@ async def test_an_error_in_the_middle_of_a_busy_subscription_is_the_brokers_erro
             await consumer.send(queue, b"bad", headers={"transaction": "no-such-transaction"})
             received = [first.body]
             with anyio.fail_after(WAIT):
-                with pytest.raises(ServerError) as info:
+                with pytest.raises((ServerError, RemoteProtocolError)) as info:
                     async for message in sub:
                         received.append(message.body)
-            assert "transaction" in str(info.value).lower(), info.value
+            if isinstance(info.value, RemoteProtocolError):
+                # ActiveMQ now and then corrupts this ERROR frame itself: caught on a raw
+                # socket, the message before it is written again over the ERROR's first
+                # bytes ("...1199\0\nROR\ncontent-type:..."). A framing fault naming the
+                # mangled command is then the right answer; what must never come back is
+                # "the broker sent MESSAGE while the session is failed".
+                assert broker == "activemq" and "unknown command" in str(info.value), info.value
+            else:
+                assert "transaction" in str(info.value).lower(), info.value
             # In order, nothing skipped. ActiveMQ itself sometimes sends the message
             # just before its ERROR twice (seen with a raw socket too: 3,001 MESSAGE
             # frames for 3,000 sends), so one duplicate is the broker's, not ours.
