@@ -5,8 +5,8 @@ Theory of operation
 A :class:`Client` owns (or shares) a :class:`Portal`: an anyio event loop
 running in a daemon thread, entered through an
 :class:`anyio.from_thread.BlockingPortal`. The protocol logic exists once, in
-the async client; this module crosses threads, bounds waits and wraps results
-(DESIGN rule 11), and it crosses as rarely as the guarantees allow:
+the async client; this module crosses threads, bounds waits and wraps results,
+and it crosses as rarely as the guarantees allow:
 
 * **Taking messages crosses nothing.** A sync subscription takes messages from
   the async subscription's buffer in the calling thread
@@ -27,7 +27,7 @@ the async client; this module crosses threads, bounds waits and wraps results
   The async client's task group lives in that task from the first byte to the
   last, as anyio requires; ``close()`` wakes it, and leaving the block sends
   DISCONNECT (bounded by ``disconnect_timeout``) and stops the background tasks.
-* **Timeouts.** Async methods take no timeout (DESIGN rule 9); the sync ones
+* **Timeouts.** Async methods take no timeout (callers use anyio's); the sync ones
   take ``timeout=`` (seconds, ``None`` = wait for ever). A coroutine handed to
   the loop waits inside a cancel scope with that deadline *in the loop*, so a
   timeout cancels the awaited operation there (nothing keeps waiting for an

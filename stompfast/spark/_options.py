@@ -2,7 +2,7 @@
 
 Spark hands a data source its options as a case-insensitive map of strings. These
 helpers turn them into typed values and raise :class:`~stompfast.ConfigurationError`
-(a ``ValueError`` that pickles, DESIGN rule 7) for a bad one, naming the option.
+(a ``ValueError`` that pickles) for a bad one, naming the option.
 """
 
 from __future__ import annotations
