@@ -23,17 +23,9 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from hostile import Conn, HostileServer  # noqa: E402
+from hostile import HostileServer, endless_frame  # noqa: E402
 
 from stompfast import AsyncClient, ReconnectPolicy  # noqa: E402
-
-
-def endless_frame(conn: Conn) -> None:
-    conn.connected()
-    conn.send_raw(b"MESSAGE\nsubscription:1\nmessage-id:1\ndestination:/queue/x\n\n")
-    chunk = b"x" * 65536
-    while True:
-        conn.send_raw(chunk)
 
 
 def rss_mib() -> int:

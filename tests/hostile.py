@@ -116,3 +116,12 @@ class HostileServer:
                 conn.sock.close()
             except OSError:
                 pass
+
+
+def endless_frame(conn: Conn) -> None:
+    """CONNECTED, then a MESSAGE whose body never ends, until the client hangs up."""
+    conn.connected()
+    conn.send_raw(b"MESSAGE\nsubscription:1\nmessage-id:1\ndestination:/queue/x\n\n")
+    chunk = b"x" * 65536
+    while True:
+        conn.send_raw(chunk)

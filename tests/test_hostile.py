@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import anyio
 import pytest
 
-from hostile import Conn, HostileServer
+from hostile import Conn, HostileServer, endless_frame
 from stompfast import (
     AsyncClient,
     AuthenticationError,
@@ -69,15 +69,6 @@ def wait_until_blocking(predicate: Any, timeout: float = WAIT) -> None:
 
 
 # -- a frame that never ends, across reconnects ----------------------------------------------
-
-
-def endless_frame(conn: Conn) -> None:
-    """CONNECTED, then a MESSAGE whose body never ends, until the client hangs up."""
-    conn.connected()
-    conn.send_raw(b"MESSAGE\nsubscription:1\nmessage-id:1\ndestination:/queue/x\n\n")
-    chunk = b"x" * 65536
-    while True:
-        conn.send_raw(chunk)
 
 
 @pytest.mark.anyio
