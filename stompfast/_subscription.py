@@ -270,7 +270,7 @@ class AsyncSubscription:
         return f"<AsyncSubscription {self.id!r} to {self.destination!r} ack={self.ack_mode} {state}>"
 
 
-#: How often a thread waiting in a ThreadHandoff checks that the event loop still runs.
+#: How often a thread waiting on the loop (a ThreadHandoff, the blocking client) checks that the loop still runs.
 _LOOP_CHECK_INTERVAL = 1.0
 
 

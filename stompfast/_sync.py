@@ -93,7 +93,7 @@ from ._options import ClientOptions
 from ._options import resolve as resolve_options
 from ._options import signature as options_signature
 from ._protocol import Message
-from ._subscription import DEFAULT_BUFFER_SIZE, AsyncSubscription, WaitTimeout, _copy
+from ._subscription import _LOOP_CHECK_INTERVAL, DEFAULT_BUFFER_SIZE, AsyncSubscription, WaitTimeout, _copy
 from .errors import (
     ClientClosedError,
     ConfigurationError,
@@ -131,10 +131,6 @@ def _check_timeout(timeout: Optional[float]) -> Optional[float]:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
         raise ConfigurationError(f"timeout must be None or a number of seconds >= 0, not {timeout!r}")
     return float(timeout)
-
-
-# How often a sync call handed to an asyncio loop checks that the loop still runs.
-_LOOP_CHECK_INTERVAL = 1.0
 
 
 def _running_asyncio_loop() -> Any:
@@ -177,11 +173,6 @@ def _timeout_error(
     cls: Type[StompTimeout], what: str, timeout: Optional[float]
 ) -> Callable[[], BaseException]:
     return lambda: cls(f"{what} within {timeout:g} s", timeout=timeout)
-
-
-def _unwrap(message: Message) -> Message:
-    """The message to give the async API: a SyncMessage is the received Message itself."""
-    return message
 
 
 # -- the event loop thread -------------------------------------------------------------
@@ -1331,7 +1322,7 @@ class Client:
     def ack(self, message: Message, *, receipt: bool = False, timeout: Optional[float] = None) -> None:
         """Acknowledge ``message`` (same as ``message.ack()``)."""
         self._call(
-            functools.partial(self._async.ack, _unwrap(message), receipt=receipt),
+            functools.partial(self._async.ack, message, receipt=receipt),
             _check_timeout(timeout),
             _timeout_error(ReceiptTimeout if receipt else StompTimeout, "ACK not confirmed", timeout),
         )
@@ -1339,7 +1330,7 @@ class Client:
     def nack(self, message: Message, *, receipt: bool = False, timeout: Optional[float] = None) -> None:
         """Refuse ``message`` (same as ``message.nack()``; STOMP 1.1+)."""
         self._call(
-            functools.partial(self._async.nack, _unwrap(message), receipt=receipt),
+            functools.partial(self._async.nack, message, receipt=receipt),
             _check_timeout(timeout),
             _timeout_error(ReceiptTimeout if receipt else StompTimeout, "NACK not confirmed", timeout),
         )
@@ -1524,11 +1515,11 @@ class Subscription:
         refused here at once.
         """
         if not receipt and transaction is None:
-            self._client._ack_queued(self._async, _unwrap(message), timeout)
+            self._client._ack_queued(self._async, message, timeout)
             return
         self._client._call(
             functools.partial(
-                self._async.ack_message, _unwrap(message), transaction=transaction, receipt=receipt
+                self._async.ack_message, message, transaction=transaction, receipt=receipt
             ),
             _check_timeout(timeout),
             _timeout_error(ReceiptTimeout if receipt else StompTimeout, "ACK not confirmed", timeout),
@@ -1545,7 +1536,7 @@ class Subscription:
         """Refuse ``message`` (the broker redelivers or dead-letters it); cumulative in ``client`` mode."""
         self._client._call(
             functools.partial(
-                self._async.nack_message, _unwrap(message), transaction=transaction, receipt=receipt
+                self._async.nack_message, message, transaction=transaction, receipt=receipt
             ),
             _check_timeout(timeout),
             _timeout_error(ReceiptTimeout if receipt else StompTimeout, "NACK not confirmed", timeout),
@@ -1711,7 +1702,7 @@ class Transaction:
     def ack(self, message: Message, *, timeout: Optional[float] = None) -> None:
         """Acknowledge ``message`` within the transaction (takes effect on COMMIT)."""
         self._client._call(
-            functools.partial(self._async.ack, _unwrap(message)),
+            functools.partial(self._async.ack, message),
             _check_timeout(timeout),
             _timeout_error(StompTimeout, "no room in the send buffer", timeout),
         )
@@ -1719,7 +1710,7 @@ class Transaction:
     def nack(self, message: Message, *, timeout: Optional[float] = None) -> None:
         """Refuse ``message`` within the transaction (takes effect on COMMIT)."""
         self._client._call(
-            functools.partial(self._async.nack, _unwrap(message)),
+            functools.partial(self._async.nack, message),
             _check_timeout(timeout),
             _timeout_error(StompTimeout, "no room in the send buffer", timeout),
         )
