@@ -1,11 +1,28 @@
-"""Spark throughput of the stomp source and sink: rows/s read and written.
+"""Spark + STOMP throughput, in one run, next to what bounds it (docs/spark.md, "Throughput").
 
-    python bench/spark_throughput.py [--url stomp://guest:guest@127.0.0.1:61613/] [-n 20000]
+    python bench/spark_throughput.py --url stomp://guest:guest@127.0.0.1:61613/ [-n 200000] [--size 100]
 
-Without --url the in-process broker runs in a thread on a loopback port. Write: a
-batch ``df.write.format("stomp")`` of N rows (every message confirmed by a receipt).
-Read: a streaming query ``readStream.format("stomp")`` into a noop sink, timed from
-start until N rows were processed (and acked). local[2] unless --master.
+Prints rows/s for:
+
+* **Spark's own ceiling**: an in-memory Python streaming source with the stomp
+  source's schema, ``--batch`` rows a micro-batch, rows as tuples and as one
+  ``pyarrow.RecordBatch`` (the data is built once: only Spark's cost is measured);
+* **the broker's ceiling**: ``AsyncClient`` draining the same backlog in ``auto``
+  mode (no acks: the socket's rate), and in ``client`` mode with one cumulative ACK
+  per 10,000 messages (what the broker does for an at-least-once consumer);
+* **our streaming read** of the backlog (``readStream.format("stomp")`` into the
+  ``noop`` sink), with default options and tuned (``--batch``), each checked exact:
+  N rows and nothing left on the queue;
+* **our write** of N rows (``write.format("stomp")``, every message confirmed) with
+  default options, next to a plain stomp.py ``foreachPartition`` writer (nothing
+  confirmed), each checked by draining the queue.
+
+Streaming rates are steady state (from the end of the first micro-batch to the end of
+the last, from the query's progress reports); start-up (query start to the end of the
+first batch) is printed apart. Writes are timed per job after a warm-up job (the
+Python workers are up); the tasks' own sending time is printed too. The read
+ceiling is the lower of Spark's Arrow rate and the broker's ``auto`` rate; the
+ratios printed are the issue's targets. ``--quick`` runs a short profile (CI smoke).
 """
 
 from __future__ import annotations
@@ -16,17 +33,284 @@ import os
 import sys
 import time
 import uuid
+from typing import Any, Dict, List, Optional, Tuple
+
+
+def _steady(query: Any, n: int, timeout: float, t0: float) -> Tuple[float, float, int, int]:
+    """Wait until ``n`` rows went through ``query`` (started at ``t0``); (start-up s, steady rows/s, rows, batches)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = sum(p["numInputRows"] for p in query.recentProgress)
+        if rows >= n:
+            break
+        time.sleep(0.1)
+    progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    rows = sum(p["numInputRows"] for p in progress)
+    if not progress:
+        return float("nan"), 0.0, 0, 0
+
+    def end(p: Dict[str, Any]) -> float:
+        from datetime import datetime, timezone
+
+        start = datetime.strptime(p["timestamp"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+        return start.timestamp() + p["durationMs"]["triggerExecution"] / 1000
+
+    first_end = end(progress[0])
+    startup = first_end - t0
+    if len(progress) < 2:
+        return startup, float("nan"), rows, len(progress)
+    steady_rows = sum(p["numInputRows"] for p in progress[1:])
+    return startup, steady_rows / (end(progress[-1]) - first_end), rows, len(progress)
+
+
+class Cpu:
+    """CPU seconds used between two points, by whom: RabbitMQ, this run's Spark JVM, this run's Python, others.
+
+    Read from /proc (Linux): our JVM and Python workers are this process's descendants,
+    RabbitMQ is ``beam.smp``; "others" is the machine's busy time minus those (another
+    user's load on a shared machine shows up there).
+    """
+
+    def __init__(self) -> None:
+        self.start = self._snapshot()
+        self.t = time.monotonic()
+
+    @staticmethod
+    def _snapshot() -> Dict[str, float]:
+        ticks = os.sysconf("SC_CLK_TCK")
+        procs = {}
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    stat = f.read()
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            procs[int(name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / ticks, cmd)
+        mine = {os.getpid()}
+        changed = True
+        while changed:
+            changed = False
+            for pid, (ppid, _, _) in procs.items():
+                if ppid in mine and pid not in mine:
+                    mine.add(pid)
+                    changed = True
+        out = {"rabbitmq": 0.0, "spark JVM": 0.0, "our Python": 0.0}
+        for pid, (_, cpu, cmd) in procs.items():
+            if b"beam.smp" in cmd:
+                out["rabbitmq"] += cpu
+            elif pid in mine:
+                out["spark JVM" if b"java" in cmd.split(b"\0")[0] else "our Python"] += cpu
+        with open("/proc/stat") as f:
+            values = [int(v) for v in f.readline().split()[1:9]]
+        out["busy"] = (sum(values) - values[3] - values[4]) / ticks
+        return out
+
+    def report(self) -> str:
+        end, wall = self._snapshot(), time.monotonic() - self.t
+        used = {k: (end[k] - self.start[k]) / wall for k in end}
+        used["others"] = max(0.0, used.pop("busy") - sum(used.values()))
+        cores = os.cpu_count() or 1
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in used.items())
+        return f"cpu (cores busy on average, of {cores}): {parts}, idle {max(0.0, cores - sum(used.values())):.2f}"
+
+
+def publish(url: str, q: str, n: int, size: int) -> None:
+    from stompfast import Client
+
+    with Client(url) as c:
+        for i in range(n):
+            c.send(q, (b"%010d" % i) + b"x" * (size - 10))
+        c.flush(timeout=120)
+
+
+def drain_count(url: str, q: str, quiet: float = 1.0) -> int:
+    """Consume (auto mode) what is on ``q``; how many."""
+    from stompfast import Client, ReceiveTimeout
+
+    got = 0
+    with Client(url) as c, c.subscribe(q, ack="auto", buffer_size=5000) as sub:
+        while True:
+            try:
+                got += len(sub.receive_batch(5000, timeout=quiet))
+            except ReceiveTimeout:
+                return got
+
+
+def broker_drain(url: str, q: str, n: int, ack: str) -> float:
+    """AsyncClient draining ``n`` messages of ``q``: steady rows/s (from the first message)."""
+    import anyio
+
+    from stompfast import AsyncClient
+
+    result = {}
+
+    async def run() -> None:
+        size = 10000 if ack == "auto" else 100000
+        async with AsyncClient(url) as c, c.subscribe(q, ack=ack, buffer_size=size) as sub:
+            got = first = 0
+            t = 0.0
+            last = None
+            while got < n:
+                batch = await sub.receive_batch(10000)
+                if not got:
+                    t, first = time.perf_counter(), len(batch)
+                got += len(batch)
+                last = batch[-1]
+                if ack == "client" and got // 10000 != (got - len(batch)) // 10000:
+                    await c.ack(last)
+            if ack == "client" and last is not None:
+                await c.ack(last)
+            result["rate"] = (got - first) / (time.perf_counter() - t)
+
+    anyio.run(run)
+    return result["rate"]
+
+
+def broker_publish(url: str, q: str, n: int, size: int, connections: int, receipts: bool) -> float:
+    """AsyncClient publishing ``n`` messages over ``connections`` connections, a receipt on each (window 1000)
+    or none."""
+    from collections import deque
+
+    import anyio
+
+    from stompfast import AsyncClient
+
+    body = b"x" * size
+
+    async def one(count: int) -> None:
+        async with AsyncClient(url) as c:
+            window: Any = deque()
+            for _ in range(count):
+                receipt = await c.send(q, body, receipt=receipts, wait=False)
+                if receipts:
+                    window.append(receipt)
+                    if len(window) > 1000:
+                        await window.popleft().wait()
+            while window:
+                await window.popleft().wait()
+            await c.flush()
+
+    async def run() -> None:
+        async with anyio.create_task_group() as tg:
+            for i in range(connections):
+                tg.start_soon(one, n // connections + (1 if i < n % connections else 0))
+
+    t = time.perf_counter()
+    anyio.run(run)
+    return n / (time.perf_counter() - t)
+
+
+def memory_source(batch: int, arrow: bool) -> Any:
+    """An in-memory streaming source with the stomp schema: ``batch`` rows per read, built once."""
+    import datetime
+
+    from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
+
+    from stompfast.spark._source import READ_SCHEMA, messages_to_arrow
+
+    class Fake:
+        __slots__ = ("body", "headers", "message_id", "subscription")
+
+        def __init__(self, i: int) -> None:
+            self.headers = {"destination": "/queue/x", "message-id": f"m-{i}", "subscription": "0",
+                            "ack": f"a-{i}", "content-length": "100"}
+            self.message_id = f"m-{i}"
+            self.subscription = "0"
+            self.body = b"x" * 100
+
+    class Reader(SimpleDataSourceStreamReader):
+        def initialOffset(self) -> dict:
+            return {"n": 0}
+
+        def read(self, start: dict) -> Any:
+            fakes = [Fake(i) for i in range(batch)]
+            if arrow:
+                data: Any = [messages_to_arrow(fakes)]
+            else:
+                now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+                data = [(f.headers["destination"], f.message_id, f.subscription, dict(f.headers), f.body, now)
+                        for f in fakes]
+            return iter(data), {"n": start["n"] + batch}
+
+        def readBetweenOffsets(self, start: dict, end: dict) -> Any:
+            return iter([])
+
+    class Source(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "memory-arrow" if arrow else "memory-tuples"
+
+        def schema(self) -> Any:
+            return READ_SCHEMA
+
+        def simpleStreamReader(self, schema: Any) -> Any:
+            return Reader()
+
+    return Source
+
+
+def run_stream(spark: Any, fmt: str, options: Dict[str, str], n: int, timeout: float,
+               usage: Optional[List[str]] = None) -> Tuple[float, float, int, int]:
+    """Run a streaming query into the noop sink until ``n`` rows; append the CPU report to ``usage``."""
+    reader = spark.readStream.format(fmt)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    cpu = Cpu()
+    t0 = time.time()
+    query = reader.load().writeStream.format("noop").trigger(processingTime="0 seconds").start()
+    try:
+        result = _steady(query, n, timeout, t0)
+        if usage is not None:  # before stop(): the reader's Python process ends with the query
+            usage.append(cpu.report())
+        return result
+    finally:
+        query.stop()
+
+
+def stomppy_write(spark: Any, df: Any, url: str, q: str) -> float:
+    from stompfast._config import parse_url
+
+    ep = parse_url(url)
+    host, port, login, passcode = ep.host, ep.port, ep.login, ep.passcode
+
+    def send_partition(rows: Any) -> None:
+        import stomp
+
+        conn = stomp.Connection([(host, port)], vhost="/")
+        conn.connect(login, passcode, wait=True)
+        for row in rows:
+            conn.send(q, bytes(row.body))
+        conn.disconnect()
+
+    t = time.perf_counter()
+    df.foreachPartition(send_partition)
+    return time.perf_counter() - t
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--url")
-    ap.add_argument("-n", type=int, default=20000)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--url", default=os.environ.get("STOMPFAST_RABBITMQ_URL", "stomp://guest:guest@127.0.0.1:61613/"))
+    ap.add_argument("-n", type=int, default=200_000)
     ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=50_000, help="rows per micro-batch (ceiling and tuned read)")
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--max-per-batch", type=int, default=5000)
+    ap.add_argument("--tuned", action="append", default=[],
+                    help="source options for a tuned read, k=v,k=v (repeatable; maxMessagesPerBatch=--batch"
+                    " is implied)")
+    ap.add_argument("--write-tuned", action="append", default=[],
+                    help="sink options for a tuned write, k=v,k=v (repeatable)")
+    ap.add_argument("--quick", action="store_true", help="a short profile: -n 20000, --batch 10000")
+    ap.add_argument("--skip", default="", help="comma-separated parts to skip: ceiling,broker,read,write")
     args = ap.parse_args()
+    if args.quick:
+        args.n, args.batch = min(args.n, 20_000), min(args.batch, 10_000)
+    skip = set(filter(None, args.skip.split(",")))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
@@ -34,49 +318,123 @@ def main() -> None:
 
     from stompfast.spark import register
 
-    with contextlib.ExitStack() as stack:
-        url = args.url
-        if url is None:
-            from stompfast.testing import Broker
+    n, url = args.n, args.url
+    timeout = max(120.0, n / 1000)
+    results: Dict[str, float] = {}
+    lines: List[str] = []
 
-            url = stack.enter_context(Broker.in_thread(record=False)).url
+    def show(label: str, rate: float, extra: str = "") -> None:
+        results[label] = rate
+        line = f"{label:<58} {rate:>10,.0f} rows/s  {extra}"
+        lines.append(line)
+        print(line, flush=True)
+
+    with contextlib.ExitStack() as stack:
         spark = (SparkSession.builder.master(args.master).appName("stompfast-bench")
                  .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.sql.shuffle.partitions", str(args.partitions))
                  .getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         stack.callback(spark.stop)
         register(spark)
-        q = f"/queue/stompfast-spark-bench-{uuid.uuid4().hex[:8]}"
-        n = args.n
-        payload = "x" * args.size
-        df = spark.range(n, numPartitions=args.partitions).select(
-            F.concat(F.lit(payload), F.col("id").cast("string")).cast("binary").alias("body"))
-        df.write.format("noop").mode("overwrite").save()  # warm the Python workers
-        t = time.perf_counter()
-        df.write.format("stomp").option("url", url).option("destination", q).mode("append").save()
-        write_s = time.perf_counter() - t
-        print(f"write: {n} rows in {write_s:.2f} s = {n / write_s:,.0f} rows/s "
-              f"({args.partitions} partitions, receipts on every message)")
+        print(f"# {args.master}, {n:,} messages of {args.size} B, broker {url}, batch {args.batch:,}", flush=True)
 
-        seen = {"rows": 0}
+        if "ceiling" not in skip:
+            for arrow in (False, True):
+                spark.dataSource.register(memory_source(args.batch, arrow))
+                fmt = "memory-arrow" if arrow else "memory-tuples"
+                startup, rate, rows, batches = run_stream(spark, fmt, {}, n, timeout)
+                show(f"spark ceiling: in-memory source, {'Arrow ' if arrow else 'tuples'}, {args.batch:,}/batch",
+                     rate, f"(start-up {startup:.1f} s, {batches} batches)")
 
-        def count(batch: object, batch_id: int) -> None:
-            seen["rows"] += batch.count()  # type: ignore[attr-defined]
+        if "broker" not in skip:
+            for ack in ("auto", "client"):
+                q = f"/queue/sf-bench-{uuid.uuid4().hex[:8]}"
+                publish(url, q, n, args.size)
+                show(f"broker ceiling: AsyncClient drain, ack={ack}", broker_drain(url, q, n, ack))
+            for receipts in (True, False):
+                q = f"/queue/sf-bench-{uuid.uuid4().hex[:8]}"
+                rate = broker_publish(url, q, n, args.size, args.partitions, receipts)
+                drain_count(url, q)
+                show(f"broker ceiling: AsyncClient publish, {args.partitions} conns, "
+                     f"{'receipt on each' if receipts else 'no receipts'}", rate)
 
-        t = time.perf_counter()
-        query = (spark.readStream.format("stomp").option("url", url).option("destination", q)
-                 .option("maxMessagesPerBatch", str(args.max_per_batch)).option("prefetch", str(args.max_per_batch))
-                 .option("pollTimeout", "0.2").load()
-                 .writeStream.foreachBatch(count).trigger(processingTime="0 seconds").start())
-        try:
-            deadline = time.monotonic() + 300
-            while seen["rows"] < n and time.monotonic() < deadline:
-                time.sleep(0.05)
-            read_s = time.perf_counter() - t
-        finally:
-            query.stop()
-        print(f"read:  {seen['rows']} rows in {read_s:.2f} s = {seen['rows'] / read_s:,.0f} rows/s "
-              f"(streaming, maxMessagesPerBatch={args.max_per_batch}, includes query start-up)")
+        if "read" not in skip:
+            q = f"/queue/sf-bench-{uuid.uuid4().hex[:8]}"  # warm: the JVM's and the reader's code paths
+            publish(url, q, 20_000, args.size)
+            run_stream(spark, "stomp", {"url": url, "destination": q}, 20_000, timeout)
+            drain_count(url, q)
+            variants: List[Tuple[str, Dict[str, str]]] = [("defaults", {})]
+            for extra in args.tuned or [""]:
+                tuned = {"maxMessagesPerBatch": str(args.batch)}
+                tuned.update(dict(kv.split("=", 1) for kv in filter(None, extra.split(","))))
+                variants.append((",".join(f"{k}={v}" for k, v in tuned.items()), tuned))
+            for label, options in variants:
+                q = f"/queue/sf-bench-{uuid.uuid4().hex[:8]}"
+                publish(url, q, n, args.size)
+                usage: List[str] = []
+                startup, rate, rows, batches = run_stream(
+                    spark, "stomp", {"url": url, "destination": q, **options}, n, timeout, usage)
+                left = drain_count(url, q)
+                exact = "exact" if rows == n and left == 0 else f"NOT EXACT: {rows} rows, {left} left"
+                show(f"stomp read ({label})", rate,
+                     f"(start-up {startup:.1f} s, {batches} batches{'' if batches > 1 else ': no steady state'},"
+                     f" {exact})")
+                print(f"    {usage[0]}", flush=True)
+
+        if "write" not in skip:
+            df = (spark.range(n, numPartitions=args.partitions)
+                  .select(F.concat(F.lpad(F.col("id").cast("string"), 10, "0"),
+                                   F.lit("x" * (args.size - 10))).cast("binary").alias("body"))
+                  .cache())
+            df.count()
+            df.write.format("noop").mode("overwrite").save()  # warm: the Python workers are up
+            small = spark.range(1000, numPartitions=args.partitions).select(F.lit(b"w").alias("body"))
+            warm = f"/queue/sf-bench-{uuid.uuid4().hex[:8]}"  # warm: stompfast and stomp.py imported there
+            small.write.format("stomp").option("url", url).option("destination", warm).mode("append").save()
+            stomppy_write(spark, small, url, warm)
+            drain_count(url, warm)
+            writes: List[Tuple[str, Dict[str, str]]] = [("defaults", {})]
+            for extra in args.write_tuned:
+                writes.append((extra, dict(kv.split("=", 1) for kv in extra.split(","))))
+            for label, options in writes:
+                q = f"/queue/sf-bench-{uuid.uuid4().hex[:8]}"
+                w = df.write.format("stomp").option("url", url).option("destination", q).mode("append")
+                for k, v in options.items():
+                    w = w.option(k, v)
+                cpu = Cpu()
+                t = time.perf_counter()
+                w.save()
+                seconds = time.perf_counter() - t
+                usage = cpu.report()
+                left = drain_count(url, q)
+                show(f"stomp write ({label}, every message confirmed)", n / seconds,
+                     "(exact)" if left == n else f"(NOT EXACT: {left} on the queue)")
+                print(f"    {usage}", flush=True)
+            q = f"/queue/sf-bench-{uuid.uuid4().hex[:8]}"
+            cpu = Cpu()
+            seconds = stomppy_write(spark, df, url, q)
+            usage = cpu.report()
+            left = drain_count(url, q)
+            show("stomp.py foreachPartition write (nothing confirmed)", n / seconds,
+                 "(all there)" if left == n else f"({left} on the queue)")
+            print(f"    {usage}", flush=True)
+
+    print("\n# targets (issue 13)")
+    ceiling_candidates = [results.get(k) for k in results if k.startswith("spark ceiling") and "Arrow" in k]
+    ceiling_candidates += [results.get(k) for k in results if k.startswith("broker ceiling") and "auto" in k]
+    ceiling: Optional[float] = min((c for c in ceiling_candidates if c), default=None)
+    reads = [(k, v) for k, v in results.items() if k.startswith("stomp read")]
+    if ceiling:
+        print(f"read ceiling (lower of Spark Arrow and broker auto): {ceiling:,.0f} rows/s")
+        for k, v in reads:
+            goal = 0.5 if "defaults" in k else 0.7
+            print(f"  {k}: {v / ceiling:.0%} of the ceiling (target >= {goal:.0%})")
+    stomppy = results.get("stomp.py foreachPartition write (nothing confirmed)")
+    if stomppy:
+        for k, v in results.items():
+            if k.startswith("stomp write"):
+                print(f"  {k}: {v / stomppy:.2f}x stomp.py (target >= 1.2x)")
 
 
 if __name__ == "__main__":

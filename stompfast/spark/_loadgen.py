@@ -201,7 +201,9 @@ def merge_rows(rows: Sequence[Dict[str, Any]]) -> ClusterLoadResult:
     )
 
 
-def run_cluster_load(spark: Any, config: Any = None, *, workers: Optional[int] = None, **options: Any) -> ClusterLoadResult:
+def run_cluster_load(
+    spark: Any, config: Any = None, *, workers: Optional[int] = None, **options: Any
+) -> ClusterLoadResult:
     """Run the load generator on ``workers`` Spark tasks at once and merge their results.
 
     ``config`` is a :class:`~stompfast.loadgen.LoadConfig` (its ``url`` is required;

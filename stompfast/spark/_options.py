@@ -7,7 +7,7 @@ helpers turn them into typed values and raise :class:`~stompfast.ConfigurationEr
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple, overload
 
 from ..errors import ConfigurationError
 
@@ -33,6 +33,10 @@ def get_list(options: Mapping[str, str], *names: str) -> List[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
+@overload
+def get_int(options: Mapping[str, str], name: str, default: int, minimum: int = ...) -> int: ...
+@overload
+def get_int(options: Mapping[str, str], name: str, default: None, minimum: int = ...) -> Optional[int]: ...
 def get_int(options: Mapping[str, str], name: str, default: Optional[int], minimum: int = 1) -> Optional[int]:
     value = _get(options, name)
     if value is None or value == "":
@@ -46,7 +50,13 @@ def get_int(options: Mapping[str, str], name: str, default: Optional[int], minim
     return number
 
 
-def get_float(options: Mapping[str, str], name: str, default: Optional[float], allow_zero: bool = False) -> Optional[float]:
+@overload
+def get_float(options: Mapping[str, str], name: str, default: float, allow_zero: bool = ...) -> float: ...
+@overload
+def get_float(options: Mapping[str, str], name: str, default: None, allow_zero: bool = ...) -> Optional[float]: ...
+def get_float(
+    options: Mapping[str, str], name: str, default: Optional[float], allow_zero: bool = False
+) -> Optional[float]:
     value = _get(options, name)
     if value is None or value == "":
         return default

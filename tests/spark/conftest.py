@@ -21,6 +21,7 @@ import pytest
 
 REQUIRE = os.environ.get("STOMPFAST_REQUIRE_SPARK") == "1"
 RABBITMQ_URL = os.environ.get("STOMPFAST_RABBITMQ_URL", "stomp://guest:guest@127.0.0.1:61613/")
+ACTIVEMQ_URL = os.environ.get("STOMPFAST_ACTIVEMQ_URL", "stomp://guest:guest@127.0.0.1:61614/")
 
 LOG4J2 = """\
 rootLogger.level = error
@@ -112,10 +113,10 @@ def broker_thread() -> Iterator[Any]:
         yield broker
 
 
-def _rabbitmq_answers() -> bool:
+def _answers(url: str) -> bool:
     from stompfast._config import parse_url
 
-    ep = parse_url(RABBITMQ_URL)
+    ep = parse_url(url)
     try:
         with socket.create_connection((ep.host, ep.port), timeout=3) as s:
             s.settimeout(5)
@@ -125,17 +126,28 @@ def _rabbitmq_answers() -> bool:
         return False
 
 
-@pytest.fixture(params=["inprocess", "rabbitmq"])
+def _real(name: str) -> "Target":
+    url = RABBITMQ_URL if name == "rabbitmq" else ACTIVEMQ_URL
+    if not _answers(url):
+        message = f"{name} does not answer STOMP at {url} (scripts/brokers.sh start)"
+        if os.environ.get("STOMPFAST_REQUIRE_BROKERS") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return Target(name, url)
+
+
+@pytest.fixture(params=["inprocess", "rabbitmq", "activemq"])
 def target(request: pytest.FixtureRequest, broker_thread: Any) -> "Target":
     """A broker as Spark's workers see it: a URL, and a way to count what is left in a queue."""
     if request.param == "inprocess":
         return Target("inprocess", broker_thread.url, broker=broker_thread)
-    if not _rabbitmq_answers():
-        message = f"RabbitMQ does not answer STOMP at {RABBITMQ_URL} (scripts/brokers.sh start)"
-        if os.environ.get("STOMPFAST_REQUIRE_BROKERS") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return Target("rabbitmq", RABBITMQ_URL)
+    return _real(request.param)
+
+
+@pytest.fixture(params=["rabbitmq", "activemq"])
+def real_broker(request: pytest.FixtureRequest) -> "Target":
+    """RabbitMQ and ActiveMQ only: for what the in-process broker cannot show (their own refusals)."""
+    return _real(request.param)
 
 
 class Target:
@@ -175,6 +187,16 @@ class Target:
 
     def depth(self, destination: str) -> Optional[int]:
         """Messages the broker holds for a queue: ready plus delivered-but-unacked (None: cannot tell)."""
+        if self.name == "activemq":  # a queue browser (non-destructive; it counts unacked deliveries too)
+            from stompfast import Client
+
+            with Client(self.url) as client, client.subscribe(destination, headers={"browser": "true"}) as sub:
+                n = 0
+                while True:
+                    for m in sub.receive_batch(1000, timeout=10):
+                        if m.headers.get("browser") == "end":
+                            return n
+                        n += 1
         if self.broker is not None:
             try:
                 return self.broker.queue_depth(destination) + self.broker.unacked(destination)

@@ -29,7 +29,7 @@ def test_configuration_errors_pickle(spark: Any) -> None:
     from pyspark.sql.types import StructType
 
     from stompfast import ConfigurationError
-    from stompfast.spark._source import StompWriter
+    from stompfast.spark._sink import StompWriter
 
     with pytest.raises(ConfigurationError) as info:
         StompWriter({"url": "stomp://127.0.0.1:1/"}, StructType([]))

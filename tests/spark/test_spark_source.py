@@ -119,3 +119,108 @@ def test_idle_stream_acks_its_last_batch(spark: Any, broker_thread: Any, spark_t
         assert broker_thread.queue_depth(q) == 0
     finally:
         query.stop()
+
+
+def test_read_returns_one_arrow_batch_of_what_is_buffered(spark: Any, broker_thread: Any) -> None:
+    """A backlog comes back as one RecordBatch per read (not a row at a time); an empty read returns promptly."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from stompfast.spark._source import ARROW_READ_SCHEMA, READ_SCHEMA, StompStreamReader
+
+    assert ARROW_READ_SCHEMA.equals(to_arrow_schema(READ_SCHEMA, timezone="UTC"))  # what PySpark checks
+    q = f"/queue/arrow-{uuid.uuid4().hex[:8]}"
+    for i in range(3000):
+        broker_thread.publish(q, f"a{i}".encode(), headers={"x-i": str(i)})
+    reader = StompStreamReader({"url": broker_thread.url, "destination": q, "pollTimeout": "2",
+                                "maxMessagesPerBatch": "2500", "batchLinger": "0.5"})
+    try:
+        it, end = reader.read(reader.initialOffset())
+        batches = list(it)
+        assert len(batches) == 1 and isinstance(batches[0], pa.RecordBatch)
+        batch = batches[0]
+        assert batch.num_rows == 2500 and end == {"seq": 2500}  # the limit, not a small fixed count
+        rows = batch.to_pylist()
+        assert [r["body"] for r in rows[:2]] == [b"a0", b"a1"]
+        assert dict(rows[7]["headers"])["x-i"] == "7" and rows[7]["destination"] == q
+        it, end = reader.read(end)  # acks the first 2500 (eager ack), takes the rest
+        assert sum(b.num_rows for b in it) == 500 and end == {"seq": 3000}
+        wait_until(lambda: broker_thread.unacked(q) == 500, 10, "the first batch to be acked")
+        t = time.monotonic()
+        it, end2 = reader.read(end)  # nothing left: acks, waits pollTimeout, returns start
+        assert list(it) == [] and end2 == end and time.monotonic() - t < 4
+        wait_until(lambda: broker_thread.unacked(q) == 0, 10, "the second batch to be acked")
+    finally:
+        reader.stop()
+
+
+def test_several_connections_read_one_queue_exactly(spark: Any, target: Any, spark_tmp: str) -> None:
+    n = 3000
+    q = target.queue()
+    target.publish(q, [f"c{i}".encode() for i in range(n)])
+    base = os.path.join(spark_tmp, uuid.uuid4().hex)
+    out = os.path.join(base, "out")
+    query = start_stream(spark, target.url, q, out, os.path.join(base, "ckpt"), connections="3",
+                         maxMessagesPerBatch="1000", prefetch="200")
+    try:
+        wait_until(lambda: parquet_count(spark, out) >= n, 90, f"{n} rows in the sink")
+        assert target.wait_depth(q, 0) in (0, None)
+    finally:
+        query.stop()
+    bodies = sorted(bytes(r.body) for r in spark.read.parquet(out).select("body").collect())
+    assert bodies == sorted(f"c{i}".encode() for i in range(n))
+    subs = {r.subscription for r in spark.read.parquet(out).select("subscription").distinct().collect()}
+    assert subs <= {"stompfast-0-0", "stompfast-1-0", "stompfast-2-0"} and len(subs) >= 2, subs
+    assert target.drain(q) == []
+
+
+def test_available_now_drains_stops_and_restarts_from_the_checkpoint(spark: Any, target: Any, spark_tmp: str) -> None:
+    q = target.queue()
+    base = os.path.join(spark_tmp, uuid.uuid4().hex)
+    out, ckpt = os.path.join(base, "out"), os.path.join(base, "ckpt")
+
+    def run_once() -> None:
+        query = (spark.readStream.format("stomp").option("url", target.url).option("destination", q)
+                 .option("pollTimeout", "1").option("maxMessagesPerBatch", "300").load()
+                 .writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(90), "Trigger.AvailableNow did not stop"
+        assert query.exception() is None
+
+    target.publish(q, [f"v{i}".encode() for i in range(700)])
+    run_once()  # 700 in batches of <= 300, then stops by itself, having acked its last batch
+    assert parquet_count(spark, out) == 700
+    assert target.wait_depth(q, 0) in (0, None)
+    target.publish(q, [f"w{i}".encode() for i in range(250)])
+    run_once()  # from the checkpoint: only the new ones
+    bodies = sorted(bytes(r.body) for r in spark.read.parquet(out).select("body").collect())
+    assert bodies == sorted([f"v{i}".encode() for i in range(700)] + [f"w{i}".encode() for i in range(250)])
+    assert target.drain(q) == []
+
+
+def test_a_backlog_comes_in_large_batches_on_each_real_broker(real_broker: Any, extra: Any = None) -> None:
+    """The default ack mode per broker lets the prefetch window fill (ActiveMQ holds a cumulative-ack
+    subscriber to about 200 unacked messages, hence client-individual there); the batch is acked after."""
+    from stompfast.spark._source import StompStreamReader
+
+    extra = extra or {}  # (a test of the test passes ack=client here: it must then fail)
+    q = real_broker.queue()
+    real_broker.publish(q, [f"b{i}".encode() for i in range(3000)])
+    reader = StompStreamReader({"url": real_broker.url, "destination": q, "pollTimeout": "3", "batchLinger": "0.5",
+                                **extra})
+    try:
+        got, reads, end = 0, 0, reader.initialOffset()
+        while got < 3000 and reads < 10:  # as Spark reads: each read acks the batch before it
+            it, end = reader.read(end)
+            got += sum(b.num_rows for b in it)
+            reads += 1
+        # ActiveMQ sends its first page (200) alone; with ack=client every batch stays near 200
+        assert got == 3000 and end == {"seq": 3000} and reads <= 3, (got, reads)
+        assert reader._rt is not None
+        assert reader._rt.ack == extra.get("ack", "client-individual" if real_broker.name == "activemq" else "client")
+        it, end2 = reader.read(end)  # acks the batch; nothing more
+        assert list(it) == [] and end2 == end
+        assert real_broker.wait_depth(q, 0) == 0
+    finally:
+        reader.stop()
+    assert real_broker.drain(q) == []
