@@ -740,8 +740,119 @@ def worker_aiofloor(spec: Dict[str, Any], win: Window) -> Dict[str, Any]:
     return {}
 
 
-WORKERS = {"ours": worker_ours, "stomppy": worker_stomppy, "raw": worker_raw, "aiofloor": worker_aiofloor}
-ONLY_IN = {"aiofloor": (RECEIPTS,)}  # contenders measured in some scenarios only
+def _thread_floor(spec: Dict[str, Any], win: Window, asyncio_reader: bool) -> Dict[str, Any]:
+    """Scenario 2 only: the least a blocking client whose reads happen in another thread does.
+
+    The calling thread writes each raw SEND to the socket itself and blocks on a
+    lock; the reading thread finds the RECEIPT with ``bytes.find`` and releases it.
+    Two wake-ups per round trip (the reader's, then the caller's) and nothing else.
+    With ``asyncio_reader`` the reading thread is a stock asyncio loop (a
+    ``BufferedProtocol``, as in our blocking client, whose loop thread must serve
+    heart-beats while the caller is busy); without it a plain thread blocked in
+    ``recv`` (stomp.py's design).
+    """
+    import asyncio
+    import threading
+
+    if spec["scenario"] != RECEIPTS:
+        raise Failure("the thread floors are measured in scenario 2 only")
+    dest, n, tag = spec["dest"].encode(), spec["n"], spec["tag"].encode()
+    sock, buf = raw_connect(spec["host"], spec["port"], spec["login"], spec["passcode"], spec["timeout"])
+    frames = [(raw_send_head(dest, b"r%d" % i) + body + b"\x00", b"receipt-id:r%d\n" % i)
+              for i, body in enumerate(make_bodies(tag, n))]
+    state: Dict[str, Any] = {"buf": buf, "waiting": None, "got": None, "error": None}
+
+    def on_bytes(data: bytes) -> None:  # in the reading thread
+        state["buf"] += data
+        lock = state["waiting"]
+        if lock is not None and b"\x00" in state["buf"]:
+            state["waiting"] = None
+            lock.release()
+
+    def on_end(error: Optional[BaseException]) -> None:
+        state["error"] = error or Failure("the broker closed the connection while a receipt was awaited")
+        lock = state["waiting"]
+        if lock is not None:
+            state["waiting"] = None
+            lock.release()
+
+    loop: Any = None
+    if asyncio_reader:
+        class Reader(asyncio.BufferedProtocol):
+            view = memoryview(bytearray(65536))
+
+            def get_buffer(self, sizehint: int) -> memoryview:
+                return self.view
+
+            def buffer_updated(self, nbytes: int) -> None:
+                on_bytes(bytes(self.view[:nbytes]))
+
+            def connection_lost(self, exc: Optional[BaseException]) -> None:
+                on_end(exc)
+
+        loop = asyncio.new_event_loop()
+        reader = threading.Thread(target=loop.run_forever, daemon=True)
+        reader.start()
+        reading = socket.socket(fileno=os.dup(sock.fileno()))  # asyncio owns this one; we write on `sock`
+        reading.setblocking(False)
+        asyncio.run_coroutine_threadsafe(loop.create_connection(Reader, sock=reading), loop).result(10)
+    else:
+        def read_loop() -> None:
+            try:
+                while True:
+                    data = sock.recv(65536)
+                    if not data:
+                        break
+                    on_bytes(data)
+            except OSError as exc:
+                on_end(exc)
+            else:
+                on_end(None)
+
+        reader = threading.Thread(target=read_loop, daemon=True)
+        reader.start()
+    try:
+        win.start()
+        for frame, rid_line in frames:
+            lock = threading.Lock()
+            lock.acquire()
+            state["waiting"] = lock
+            sock.sendall(frame)
+            if not lock.acquire(timeout=spec["timeout"]):
+                raise Failure("no RECEIPT within the timeout")
+            if state["error"] is not None:
+                raise state["error"]
+            end = state["buf"].index(b"\x00")
+            head = state["buf"][:end]
+            if rid_line not in head or not head.lstrip(b"\r\n").startswith(b"RECEIPT"):
+                raise Failure("expected the RECEIPT with %r, got %r" % (rid_line, head[:300]))
+            state["buf"] = state["buf"][end + 1:]
+        win.stop()
+    finally:
+        try:
+            sock.sendall(b"DISCONNECT\n\n\x00")
+        except OSError:
+            pass
+        sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+        reader.join(5)
+    return {}
+
+
+def worker_threadfloor(spec: Dict[str, Any], win: Window) -> Dict[str, Any]:
+    return _thread_floor(spec, win, asyncio_reader=False)
+
+
+def worker_syncfloor(spec: Dict[str, Any], win: Window) -> Dict[str, Any]:
+    return _thread_floor(spec, win, asyncio_reader=True)
+
+
+WORKERS = {"ours": worker_ours, "stomppy": worker_stomppy, "raw": worker_raw, "aiofloor": worker_aiofloor,
+           "threadfloor": worker_threadfloor, "syncfloor": worker_syncfloor}
+# contenders measured in some scenarios only
+ONLY_IN = {"aiofloor": (RECEIPTS,), "threadfloor": (RECEIPTS,), "syncfloor": (RECEIPTS,)}
 
 
 def run_worker(spec: Dict[str, Any]) -> int:

@@ -64,12 +64,16 @@ CONTENDERS: Dict[str, Tuple[str, str]] = {
     "asyncio": ("ours", "asyncio"), "uvloop": ("ours", "uvloop"), "sync": ("sync", "iterate"),
     "sync-callback": ("sync", "callback"), "sync-batch": ("sync", "batch"),
     "stomppy": ("stomppy", ""), "stompman": ("stompman", ""), "raw": ("raw", ""),
+    # scenario 2 only: a blocking round trip with reads in another thread, at no protocol cost
+    "floor-thread": ("threadfloor", ""), "floor-sync": ("syncfloor", ""),
 }
 LABELS = {"asyncio": "stompfast/asyncio", "uvloop": "stompfast/uvloop", "sync": "stompfast/sync",
           "sync-callback": "sync callback=", "sync-batch": "sync receive_batch",
-          "stomppy": "stomp.py", "stompman": "stompman", "raw": "raw socket"}
+          "stomppy": "stomp.py", "stompman": "stompman", "raw": "raw socket",
+          "floor-thread": "floor: recv thread", "floor-sync": "floor: loop thread"}
 SYNC_NAMES = ("sync", "sync-callback", "sync-batch")
 PRIMARY = "asyncio"
+FLOOR_ONLY = "a floor of the blocking receipt round trip only"
 # What a contender cannot do, per (contender, broker or "*", scenario): the reason, printed as n/a.
 NOT_APPLICABLE: Dict[Tuple[str, str, int], str] = {
     ("*", "null", LATENCY): "the null sink discards SENDs: nothing to consume",
@@ -77,6 +81,8 @@ NOT_APPLICABLE: Dict[Tuple[str, str, int], str] = {
        for name in ("sync-callback", "sync-batch") for s in (PUBLISH, RECEIPTS)},
     ("sync-batch", "*", LATENCY): "the latency row's consumer is the callback",
     ("sync", "*", LATENCY): "the latency row's consumer is the callback (see sync callback=)",
+    **{(name, "*", s): FLOOR_ONLY
+       for name in ("floor-thread", "floor-sync") for s in (PUBLISH, DRAIN_AUTO, DRAIN_CLIENT, LATENCY)},
 }
 # How a contender's measurement differs from the scenario's definition (printed under the table).
 NOTES: Dict[Tuple[str, int], str] = {
@@ -728,6 +734,8 @@ def print_table(run: Run, rows: List[Dict[str, Any]], stat: str) -> None:
     for r in rows:
         name = "%d %s" % (r["scenario"], r["scenario_name"])
         if "na" in r:
+            if r["na"] == FLOOR_ONLY:  # a floor row outside its scenario: nothing to say
+                continue
             print("%-18s %-18s %s" % (name, r["contender"], "n/a: " + r["na"] if r["na"] not in ("FAILED", "not run")
                                       else r["na"]))
             continue

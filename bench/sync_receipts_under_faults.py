@@ -55,7 +55,8 @@ def main(seconds: float, threads: int, drop_every: float, backend: str) -> int:
             for w in workers:
                 w.join(10)
                 hung += w.is_alive()
-            print(f"{sum(confirmed)} confirmed, errors {errors}, {drops} links dropped, {client.reconnects} reconnects, "
+            print(f"{sum(confirmed)} confirmed, errors {errors}, {drops} links dropped,"
+                  f" {client.reconnects} reconnects, "
                   f"{hung} threads hung, unexpected {unexpected[:3]}")
     return 1 if hung or unexpected else 0
 

@@ -1,6 +1,7 @@
 """stompfast: a fast, dependable STOMP 1.0/1.1/1.2 client for Python."""
 
 from ._client import AsyncClient, AsyncTransaction, Receipt
+from ._config import Endpoint
 from ._protocol import Message
 from ._reconnect import ConnectionEvent, ReconnectPolicy
 from ._scanner import FrameScanner, encode_frame
@@ -33,6 +34,13 @@ from .frames import Frame
 
 __version__ = "0.1.0.dev0"
 
+# A library adds no handler of its own: without logging configured, nothing is printed
+# (not even WARNINGs through logging's last resort); configure logging to see the
+# records of "stompfast.client" and "stompfast.reconnect" (docs/client.md, Logging).
+import logging as _logging
+
+_logging.getLogger("stompfast").addHandler(_logging.NullHandler())
+
 __all__ = [
     "AsyncClient",
     "AsyncSubscription",
@@ -45,6 +53,7 @@ __all__ = [
     "ConnectTimeout",
     "ConnectionEvent",
     "ConnectionLostError",
+    "Endpoint",
     "FlowControlError",
     "Frame",
     "FrameScanner",

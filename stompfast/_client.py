@@ -44,7 +44,22 @@ import logging
 import random
 import ssl as _ssl
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Literal,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    Union,
+    overload,
+)
 
 import anyio
 import anyio.lowlevel
@@ -86,6 +101,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
 
 log = logging.getLogger("stompfast")
+#: Connections: connected, a connect that failed, a session lost, closed (INFO / WARNING).
+conn_log = logging.getLogger("stompfast.client")
+#: The reconnect supervisor: each wait before an attempt, and giving up.
+reconnect_log = logging.getLogger("stompfast.reconnect")
 
 #: The options StompProtocol takes, passed on to each connection's session.
 _PROTOCOL_OPTIONS = (
@@ -115,6 +134,36 @@ def _body_bytes(body: Any, content_type: Optional[str]) -> Tuple[bytes, Optional
     if isinstance(body, (bytes, bytearray, memoryview)):  # (bytes subclasses too)
         return bytes(body), content_type
     raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+
+
+def _where(endpoint: Optional[Endpoint]) -> str:
+    """An endpoint for a log line: its URL without the passcode."""
+    return endpoint.url if endpoint is not None else "?"
+
+
+def _log_event(kind: str, endpoint: Optional[Endpoint], protocol: Any, fields: Dict[str, Any]) -> None:
+    """Log a connection event (the on_event hook's, also without a hook): what operators look for."""
+    error = fields.get("error")
+    if kind == "connected":
+        if conn_log.isEnabledFor(logging.INFO):
+            conn_log.info(
+                "%s %s (STOMP %s, server %s)", "reconnected to" if fields.get("reconnected") else "connected to",
+                _where(endpoint), protocol.version, protocol.server or "unnamed",
+            )
+    elif kind == "connecting":
+        conn_log.debug("connecting to %s (attempt %s)", _where(endpoint), fields.get("attempt"))
+    elif kind == "connect_failed":
+        conn_log.warning("could not connect to %s: %s", _where(endpoint), _describe(error))
+    elif kind == "disconnected":
+        conn_log.warning(
+            "connection to %s lost after %.1f s: %s (%d queued frame(s) and %d buffered message(s) dropped,"
+            " %d transaction(s) aborted)", _where(endpoint), fields.get("uptime", 0.0), _describe(error),
+            fields.get("dropped_frames", 0), fields.get("dropped_messages", 0), fields.get("aborted_transactions", 0),
+        )
+    elif kind == "reconnecting":
+        reconnect_log.info("reconnecting in %.2f s (attempt %s)", fields.get("delay", 0.0), fields.get("attempt"))
+    elif kind == "gave_up":
+        reconnect_log.error("gave up reconnecting: %s", _describe(error))
 
 
 class Receipt:
@@ -272,7 +321,10 @@ class AsyncClient:
             raises is logged and ignored).
     """
 
-    def __init__(self, url: Union[str, Sequence[str], None] = None, **options: Unpack[ClientOptions]) -> None:
+    def __init__(
+        self, url: Union[str, Endpoint, Sequence[Union[str, Endpoint]], None] = None,
+        **options: Unpack[ClientOptions],
+    ) -> None:
         o = resolve_options(options, "AsyncClient")
         host, port, login, passcode, virtual_host = o["host"], o["port"], o["login"], o["passcode"], o["virtual_host"]
         reconnect, on_event, ssl, server_hostname = o["reconnect"], o["on_event"], o["ssl"], o["server_hostname"]
@@ -408,6 +460,14 @@ class AsyncClient:
     def is_connected(self) -> bool:
         return self._state == "open" and self._error is None
 
+    def __repr__(self) -> str:
+        # the URL without its passcode; the state as a person would say it
+        state = {"open": "connected", "new": "not connected"}.get(self._state, self._state)
+        if self._error is not None and self._state not in ("closing", "closed"):
+            state = f"failed: {type(self._error).__name__}"
+        version = f" STOMP {self.version}" if self.version and state == "connected" else ""
+        return f"<AsyncClient {self.endpoint.url} {state}{version}>"
+
     @property
     def disconnect_timeout(self) -> float:
         """Seconds closing may take: waiting for the DISCONNECT receipt (or an UNSUBSCRIBE's room to be queued).
@@ -541,7 +601,7 @@ class AsyncClient:
         confirmed every re-established subscription.
         """
         protocol = self._make_protocol(endpoint)
-        transport: Optional[Transport] = None
+        transport: Any = None  # a Transport or an AsyncioTransport (one interface: the refactoring issue)
         try:
             leftover: List[Any] = []
             websocket = None
@@ -677,6 +737,7 @@ class AsyncClient:
     # -- reconnecting ---------------------------------------------------------------------
 
     def _emit(self, kind: str, endpoint: Optional[Endpoint], **fields: Any) -> None:
+        _log_event(kind, endpoint, self._protocol, fields)
         if self._on_event is None:
             return
         try:
@@ -803,6 +864,8 @@ class AsyncClient:
             self._state = "closed" if self._state == "new" else self._state
             return
         self._state = "closing"
+        if self._error is None and conn_log.isEnabledFor(logging.INFO):
+            conn_log.info("closing the connection to %s", _where(self.endpoint))
         try:
             with anyio.CancelScope(shield=True):
                 if self._error is None and self._protocol.state is SessionState.CONNECTED:
@@ -889,6 +952,8 @@ class AsyncClient:
         ):
             self._link_down(error)
             return
+        if self._state == "open" and conn_log.isEnabledFor(logging.WARNING):
+            conn_log.warning("connection to %s failed: %s", _where(self.endpoint), _describe(error))
         self._error = error
         self._link_alive = False
         self._fail_receipts(error)
@@ -1096,6 +1161,9 @@ class AsyncClient:
                 data = await transport.receive(READ_SIZE)
                 if not data:
                     if protocol.state is SessionState.CLOSED or self._state == "closing":
+                        # our close: a broker may end it without the DISCONNECT's RECEIPT
+                        # (RabbitMQ's Web-STOMP closes the WebSocket): stop waiting for it
+                        self._fail(ClientClosedError("the client is closed"))
                         return
                     cut = " in the middle of a frame" if protocol.buffered else ""
                     raise ConnectionLostError(
@@ -1202,7 +1270,11 @@ class AsyncClient:
     def _on_eof(self, error: Optional[BaseException]) -> None:
         protocol = self._protocol
         try:
-            if self._error is None and not (protocol.state is SessionState.CLOSED or self._state == "closing"):
+            if self._error is None and (protocol.state is SessionState.CLOSED or self._state == "closing"):
+                # our close: a broker may end it without the DISCONNECT's RECEIPT (RabbitMQ's
+                # Web-STOMP closes the WebSocket); stop waiting for it (_fail only ends the waits)
+                self._fail(ClientClosedError("the client is closed"))
+            elif self._error is None:
                 peer = f"{self.endpoint.host}:{self.endpoint.port}"
                 if error is not None:
                     lost = ConnectionLostError(f"connection to {peer} lost while reading: {_describe(error)}")
@@ -1316,6 +1388,27 @@ class AsyncClient:
 
     # -- the API ------------------------------------------------------------------------
 
+    @overload
+    async def send(
+        self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
+        headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
+        receipt: Literal[False] = ..., wait: bool = ...,
+    ) -> None: ...
+
+    @overload
+    async def send(
+        self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
+        headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
+        receipt: Literal[True], wait: bool = ...,
+    ) -> Receipt: ...
+
+    @overload
+    async def send(
+        self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
+        headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
+        receipt: bool = ..., wait: bool = ...,
+    ) -> Optional[Receipt]: ...
+
     async def send(
         self,
         destination: str,
@@ -1365,6 +1458,18 @@ class AsyncClient:
         """The SEND frame of :meth:`send` and its receipt id (the body rules are send's)."""
         body, content_type = _body_bytes(body, content_type)
         return self._protocol.send(destination, body, headers, content_type=content_type, receipt=receipt)
+
+    def check_send(
+        self, destination: str, headers: Optional[Mapping[str, Any]] = None, content_type: Optional[str] = None
+    ) -> None:
+        """(Any thread.) Raise what :meth:`send` would raise for these headers on this session; send nothing.
+
+        LocalProtocolError for a destination, header or content type the
+        negotiated STOMP version cannot carry (a NUL anywhere; on 1.0 a CR or LF;
+        on 1.1 a CR). For code that queues sends to be written later, so that bad
+        input is refused by the call that made it.
+        """
+        self._protocol.check_send(destination, headers, content_type)
 
     def send_nowait(
         self,

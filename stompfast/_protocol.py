@@ -22,7 +22,7 @@ Nothing here imports anyio, asyncio, socket or time: a test enforces it.
 from __future__ import annotations
 
 import enum
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Awaitable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._scanner import FrameScanner, encode_frame
 from .errors import (
@@ -118,7 +118,8 @@ class Connected:
     __slots__ = ("version", "server", "session", "heart_beat", "headers")
 
     def __init__(
-        self, version: str, server: Optional[str], session: Optional[str], heart_beat: Tuple[int, int], headers: Mapping[str, str]
+        self, version: str, server: Optional[str], session: Optional[str], heart_beat: Tuple[int, int],
+        headers: Mapping[str, str],
     ) -> None:
         self.version = version
         self.server = server
@@ -179,8 +180,11 @@ class Message:
     # _sync: the blocking client's subscription, set only on the messages it hands
     # out (re-classed as its SyncMessage, whose layout must match this one's)
     __slots__ = ("frame", "subscription", "message_id", "ack_id", "_session", "_owner", "_seq", "_sync", "__weakref__")
+    _sync: Any  # (a slot, never set by __init__: only on what the blocking client hands out)
 
-    def __init__(self, frame: Frame, subscription: str, message_id: Optional[str], ack_id: Optional[str], session: Any) -> None:
+    def __init__(
+        self, frame: Frame, subscription: str, message_id: Optional[str], ack_id: Optional[str], session: Any
+    ) -> None:
         self.frame = frame
         #: the id of the subscription the message came through
         self.subscription = subscription
@@ -216,18 +220,24 @@ class Message:
     def text(self) -> str:
         return self.frame[2].decode("utf-8")
 
-    def ack(self, **kwargs: Any) -> Any:
-        """Acknowledge the message (``await msg.ack()`` on the async client)."""
+    def ack(self, *, transaction: Optional[str] = None, receipt: bool = False) -> Awaitable[None]:
+        """Acknowledge the message: ``await msg.ack()`` (the blocking client's SyncMessage: ``msg.ack()``)."""
         owner = self._owner
         if owner is None:
             raise LocalProtocolError("this message is not attached to a subscription that can ack it")
-        return owner.ack_message(self, **kwargs) if kwargs else owner.ack_message(self)
+        done: Awaitable[None]
+        if transaction is None and not receipt:
+            done = owner.ack_message(self)
+        else:
+            done = owner.ack_message(self, transaction=transaction, receipt=receipt)
+        return done
 
-    def nack(self, **kwargs: Any) -> Any:
-        """Refuse the message (STOMP 1.1+; ``await msg.nack()`` on the async client)."""
+    def nack(self, *, transaction: Optional[str] = None, receipt: bool = False) -> Awaitable[None]:
+        """Refuse the message (STOMP 1.1+): ``await msg.nack()`` (SyncMessage: ``msg.nack()``)."""
         if self._owner is None:
             raise LocalProtocolError("this message is not attached to a subscription that can nack it")
-        return self._owner.nack_message(self, **kwargs)
+        done: Awaitable[None] = self._owner.nack_message(self, transaction=transaction, receipt=receipt)
+        return done
 
     def __repr__(self) -> str:
         body = self.frame[2]
@@ -490,6 +500,22 @@ class StompProtocol:
         receipt_id = self._finish(h, receipt, headers)
         return self._encode("SEND", h, body), receipt_id
 
+    def check_send(
+        self, destination: str, headers: Optional[Mapping[str, Any]] = None, content_type: Optional[str] = None
+    ) -> None:
+        """Raise what :meth:`send` would raise for this destination and these headers; record nothing.
+
+        For callers that queue a SEND to be encoded later (the blocking client's
+        receipt-less sends): a header this session's version cannot carry is then
+        refused by the call that asked for it. Any thread; the session's state is
+        not checked (a queued send may wait for a reconnect).
+        """
+        h: Dict[str, Any] = {"destination": destination}
+        if content_type is not None:
+            h["content-type"] = content_type
+        self._finish(h, False, headers)
+        self._encode("SEND", h)
+
     def encode_send(
         self,
         destination: str,
@@ -622,7 +648,9 @@ class StompProtocol:
             h["transaction"] = transaction
         return h
 
-    def ack(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False) -> Tuple[bytes, Optional[str]]:
+    def ack(
+        self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False
+    ) -> Tuple[bytes, Optional[str]]:
         """An ACK frame for ``message`` (header names per version); returns ``(bytes, receipt_id)``.
 
         STOMP 1.2: "The ACK frame MUST include an id header matching the ack header
@@ -654,7 +682,9 @@ class StompProtocol:
                 return b"ACK\nid:%s\n\n\0" % ack_id.encode("utf-8")
         return self.ack(message)[0]
 
-    def nack(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False) -> Tuple[bytes, Optional[str]]:
+    def nack(
+        self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False
+    ) -> Tuple[bytes, Optional[str]]:
         """A NACK frame for ``message`` (STOMP 1.1+); returns ``(bytes, receipt_id)``."""
         self._check("NACK")
         if self.version == "1.0":
@@ -750,7 +780,7 @@ class StompProtocol:
             return []
         return self._events(frames)
 
-    def _events(self, frames: List[Frame]) -> List[Event]:
+    def _events(self, frames: Sequence[Frame]) -> List[Event]:
         events: List[Event] = []
         try:
             self._append_events(frames, events)
@@ -760,7 +790,7 @@ class StompProtocol:
             raise
         return events
 
-    def _append_events(self, frames: List[Frame], events: List[Event]) -> None:
+    def _append_events(self, frames: Sequence[Frame], events: List[Event]) -> None:
         append = events.append
         connected, disconnecting = SessionState.CONNECTED, SessionState.DISCONNECTING
         for frame in frames:

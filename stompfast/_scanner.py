@@ -16,7 +16,7 @@ if os.environ.get("STOMPFAST_NO_EXTENSIONS") or sys.implementation.name != "cpyt
     IMPLEMENTATION = "python"
 else:
     try:
-        from ._scanner_c import FrameScanner, encode_frame  # type: ignore[no-redef]
+        from ._scanner_c import FrameScanner, encode_frame
 
         IMPLEMENTATION = "c"
     except ImportError:  # a pure build (STOMPFAST_NO_EXTENSIONS at install time)

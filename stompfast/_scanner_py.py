@@ -78,6 +78,8 @@ def _escape(text: str, ver: int) -> str:
 
 _ESCAPE_SEQ = re.compile(r"\\.?", re.S)
 _PAD = " \t"  # STOMP 1.0 peers pad names and values with these
+#: what the scanning methods read: the caller's bytes, or the scanner's own growing buffer
+_Buf = Union[bytes, bytearray]
 _SKIPPABLE = b"\n\r "  # bytes that may begin an empty line before a frame (the space only when lenient)
 _split = str.split
 _COLONS = repeat(":")  # endless: shared by every map() below
@@ -349,14 +351,15 @@ class FrameScanner:
                     self._in_frame = True
                     self._scan = n - pos
                     return pos
-            append(make(Frame, (command, headers, buf[start:end] if type(buf) is bytes else bytes(buf[start:end]), repeats)))
+            body = buf[start:end] if type(buf) is bytes else bytes(buf[start:end])
+            append(make(Frame, (command, headers, body, repeats)))
             pos = end + 1
             if self._in_frame:
                 self._head = None
                 self._in_frame = self._cmd_done = False
                 self._scan = self._checked = self._lfs = 0
 
-    def _skip_eols(self, buf: bytearray, pos: int, n: int) -> Tuple[int, bool]:
+    def _skip_eols(self, buf: _Buf, pos: int, n: int) -> Tuple[int, bool]:
         """Skip the empty lines (heart-beats) before a frame.
 
         Returns ``(pos, ready)``: where the frame starts, or, when ``ready`` is
@@ -393,7 +396,7 @@ class FrameScanner:
             return pos, True
         return pos, False
 
-    def _find_head_end(self, buf: bytearray, start: int, n: int) -> Optional[Tuple[int, int]]:
+    def _find_head_end(self, buf: _Buf, start: int, n: int) -> Optional[Tuple[int, int]]:
         """Find the blank line ending the head: ``(LF ending the last line, body start)``."""
         scan = start + self._scan
         if self._lenient:  # LF, any spaces and CRs, LF
@@ -433,7 +436,7 @@ class FrameScanner:
             return None
         return command if command in COMMANDS else None
 
-    def _check_head(self, buf: bytearray, start: int, end: int, complete: bool) -> None:
+    def _check_head(self, buf: _Buf, start: int, end: int, complete: bool) -> None:
         """Raise the earliest fault provable in the head bytes ``buf[start:end]``.
 
         Checks only bytes not checked before. In stream order, ties broken in this
@@ -476,7 +479,7 @@ class FrameScanner:
         self._checked = end - start
         self._lfs = lfs
 
-    def _fast_head(self, buf: bytearray, start: int, hend: int) -> Optional[Tuple[str, dict, Optional[list], int, int]]:
+    def _fast_head(self, buf: _Buf, start: int, hend: int) -> Optional[Tuple[str, dict, Optional[list], int, int]]:
         """Parse a head ending in ``LF LF`` at ``hend`` quickly, or return None.
 
         None sends the head down the general path, which finds the same end (a CR
@@ -516,9 +519,10 @@ class FrameScanner:
                 if "\\" in value:
                     seen += value.count("\\")
                     if "\\\\" in value:
-                        value = _unescape_joined(value, ver)
-                        if value is None:
+                        joined = _unescape_joined(value, ver)
+                        if joined is None:
                             return None
+                        value = joined
                     else:  # every backslash starts \n, \c or (1.2) \r
                         value = value.replace("\\c", ":").replace("\\n", "\n")
                         if ver == 12:
@@ -529,16 +533,18 @@ class FrameScanner:
             if seen != text.count("\\"):
                 return None  # an escaped name: rare, and may collide after unescaping
         length = -1
-        value = headers.get("content-length")
-        if value is not None:
-            if not (value.isascii() and value.isdigit()):
+        declared = headers.get("content-length")
+        if declared is not None:
+            if not (declared.isascii() and declared.isdigit()):
                 return None
-            length = int(value)
+            length = int(declared)
             if size + length + 1 > self._max_frame:
                 return None
         return command, headers, None, size, length
 
-    def _parse_head(self, buf: bytearray, start: int, hend: int, body_start: int) -> Tuple[str, dict, Optional[list], int, int]:
+    def _parse_head(
+        self, buf: _Buf, start: int, hend: int, body_start: int
+    ) -> Tuple[str, dict, Optional[list], int, int]:
         """Parse a complete head into ``(command, headers, repeats, body_start, content_length)``.
 
         ``body_start`` is relative to ``start``; ``content_length`` is -1 when absent.
@@ -557,7 +563,7 @@ class FrameScanner:
         if lenient:
             command = command.upper()
         unescape = ver > 10 and "\\" in text and command not in _UNESCAPED_COMMANDS
-        table = _UNESCAPE.get(ver)
+        table = _UNESCAPE.get(ver, {})
         pad = ver == 10
         headers: dict = {}
         repeats: Optional[list] = None
@@ -592,11 +598,11 @@ class FrameScanner:
             else:
                 headers[name] = value
         length = -1
-        value = headers.get("content-length")
-        if value is not None:
-            if not (value.isascii() and value.isdigit()):
-                raise self._fault(start, f"{command} frame: content-length is not a byte count: {value[:40]!r}")
-            length = int(value)
+        declared = headers.get("content-length")
+        if declared is not None:
+            if not (declared.isascii() and declared.isdigit()):
+                raise self._fault(start, f"{command} frame: content-length is not a byte count: {declared[:40]!r}")
+            length = int(declared)
             size = body_start - start + length + 1
             if size > self._max_frame:
                 raise self._over_limit(

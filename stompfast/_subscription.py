@@ -88,7 +88,9 @@ class AsyncSubscription:
         self.id: Optional[str] = id
         self._buffer: Deque[Message] = deque()
         self._ready = anyio.Event()  # set when a message arrives or the subscription closes
-        self._space: Optional[anyio.Event] = None  # the reader waits on it while we are full
+        # set() once we have room again: an anyio.Event the pull reader waits on, or the push
+        # reader's _Resume (it restarts reading)
+        self._space: Optional[Any] = None
         self._closed = False
         self._error: Optional[BaseException] = None
         self._seq = 0  # messages delivered
@@ -195,11 +197,33 @@ class AsyncSubscription:
             if message._seq <= self._acked:
                 return
             self._acked = message._seq
+        if not receipt and transaction is None and self._queue_ack(message):
+            return
+        await self._client._ack("ACK", message, transaction, receipt)
+
+    def ack_nowait(self, message: Message) -> bool:
+        """(In the loop.) The common ACK (no receipt, no transaction) queued now; False if it must wait.
+
+        True: the ACK is queued to be written (or, in ``client`` mode, a later
+        ACK already covered the message). False: nothing was done, because the
+        connection is not open or the send buffer is full; ``await
+        ack_message(message)`` then waits. Raises what :meth:`ack_message`
+        raises for the message itself (StaleMessageError, LocalProtocolError).
+        For callers that cannot await per message (the blocking client's writer).
+        """
+        if self.ack_mode == "client":
+            if message._seq <= self._acked:
+                return True
+            if not self._queue_ack(message):
+                return False
+            self._acked = message._seq
+            return True
+        return self._queue_ack(message)
+
+    def _queue_ack(self, message: Message) -> bool:
         client = self._client
         if (
-            not receipt
-            and transaction is None
-            and client._error is None
+            client._error is None
             and client._state == "open"
             and client._out_bytes < client._send_buffer_bytes
         ):  # the common ack: encode and queue, no await needed
@@ -209,8 +233,8 @@ class AsyncSubscription:
             client._out_bytes += len(data)
             if len(out) == 1:
                 client._wakeup.set()
-            return
-        await client._ack("ACK", message, transaction, receipt)
+            return True
+        return False
 
     async def nack_message(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False) -> None:
         """Refuse ``message`` (the broker redelivers or dead-letters it); cumulative in ``client`` mode."""
@@ -236,6 +260,15 @@ class AsyncSubscription:
         checks its queued acks here, in the calling thread, before queueing them.
         """
         client = self._client
+        if (
+            message._owner is self
+            and message._session is client._protocol
+            and client._link_alive
+            and not self._closed
+            and self.ack_mode != "auto"
+            and message.ack_id is not None
+        ):
+            return  # the common case, a message of this live session (one test instead of building the ACK)
         client._check_stale("ACK", message)
         client._protocol._ack_headers("ACK", message, None)
 
@@ -333,9 +366,10 @@ class ThreadHandoff:
         try:
             message = self._buffer.popleft()
         except IndexError:
-            message = self._wait(timeout)
-            if message is None:
+            waited = self._wait(timeout)
+            if waited is None:
                 return None
+            message = waited
         if self._sub._space is not None:
             self._reader_may_resume()
         return message
@@ -416,7 +450,8 @@ class ThreadHandoff:
 def _copy(error: BaseException) -> BaseException:
     """A fresh instance of a stored error, so each waiter gets its own traceback."""
     try:
-        func, args, state = error.__reduce__()[:3]  # type: ignore[misc]
+        reduced: Any = error.__reduce__()
+        func, args, state = reduced[:3]
         fresh = func(*args)
         if state:
             fresh.__dict__.update(state)

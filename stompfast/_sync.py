@@ -70,10 +70,12 @@ from typing import (
     Any,
     Awaitable,
     Callable,
+    Coroutine,
     Deque,
     Dict,
     Iterable,
     List,
+    Literal,
     Mapping,
     Optional,
     Sequence,
@@ -81,6 +83,7 @@ from typing import (
     Tuple,
     Type,
     Union,
+    overload,
 )
 
 import anyio
@@ -98,6 +101,7 @@ from .errors import (
     ClientClosedError,
     ConfigurationError,
     ConnectTimeout,
+    LocalProtocolError,
     ReceiptTimeout,
     ReceiveTimeout,
     StaleMessageError,
@@ -155,7 +159,7 @@ def _call_soon_threadsafe() -> Callable[[Callable[[], Any]], Any]:
 
 
 async def _bounded(
-    fn: Callable[[], Awaitable[Any]], timeout: Optional[float], on_timeout: Callable[[], BaseException]
+    fn: Callable[[], Awaitable[Any]], timeout: Optional[float], on_timeout: Optional[Callable[[], BaseException]]
 ) -> Any:
     """Await ``fn()``; if ``timeout`` seconds pass first, cancel it and raise ``on_timeout()``.
 
@@ -166,6 +170,7 @@ async def _bounded(
         return await fn()
     with anyio.CancelScope(deadline=anyio.current_time() + timeout):
         return await fn()
+    assert on_timeout is not None  # (a timeout comes with its error)
     raise on_timeout()  # reached only when our deadline cancelled fn
 
 
@@ -321,6 +326,10 @@ class Portal:
 # -- receipts and messages ---------------------------------------------------------------
 
 
+#: The condition shared by futures created finished (:meth:`ReceiptFuture._confirmed`).
+_DONE_CONDITION = threading.Condition()
+
+
 class ReceiptFuture(concurrent.futures.Future):
     """A pending RECEIPT as a concurrent.futures.Future, from ``send(..., receipt=True, wait=False)``.
 
@@ -376,6 +385,25 @@ class ReceiptFuture(concurrent.futures.Future):
                 timeout=timeout,
             ) from None
 
+    @classmethod
+    def _confirmed(cls, receipt: Receipt) -> "ReceiptFuture":
+        """A future born done (``send(receipt=True)`` returns one per call, after the RECEIPT came).
+
+        What ``__init__`` + ``set_running_or_notify_cancel`` + ``set_result`` leave
+        behind, without their locking and notifying: nobody can be waiting on a
+        future nobody has seen yet. Finished futures never wait or notify on their
+        condition (they only enter it briefly), so they share one.
+        """
+        future = cls.__new__(cls)
+        future._condition = _DONE_CONDITION
+        future._state = concurrent.futures._base.FINISHED
+        future._result = receipt.receipt_id
+        future._exception = None
+        future._waiters = []
+        future._done_callbacks = []  # type: ignore[attr-defined]  # (typeshed leaves it out)
+        future._receipt = receipt
+        return future
+
     def _settle(self, error: Optional[BaseException]) -> None:
         if self.done():
             return
@@ -400,13 +428,13 @@ class SyncMessage(Message):
 
     __slots__ = ()
 
-    def ack(
+    def ack(  # type: ignore[override]  # the blocking twin: it returns once done, nothing to await
         self, *, transaction: Optional[str] = None, receipt: bool = False, timeout: Optional[float] = None
     ) -> None:
         """Acknowledge the message (cumulative in ``client`` mode); see :meth:`Subscription.ack_message`."""
         self._sync.ack_message(self, transaction=transaction, receipt=receipt, timeout=timeout)
 
-    def nack(
+    def nack(  # type: ignore[override]  # the blocking twin: it returns once done, nothing to await
         self, *, transaction: Optional[str] = None, receipt: bool = False, timeout: Optional[float] = None
     ) -> None:
         """Refuse the message (STOMP 1.1+); see :meth:`Subscription.nack_message`."""
@@ -426,7 +454,7 @@ async def _host(
     closing: anyio.Event,
     timeout: Optional[float],
     ready: "concurrent.futures.Future[None]",
-    drainer: Callable[[], Awaitable[None]],
+    drainer: Callable[[], Coroutine[Any, Any, None]],
 ) -> None:
     """Hold ``async with client`` open in one task until ``closing`` is set; run ``drainer`` meanwhile.
 
@@ -621,10 +649,10 @@ class _Outbox:
     """
 
     __slots__ = ("queue", "queued_bytes", "lock", "idle", "active", "wakeup", "ended", "error", "_send",
-                 "_call_soon", "_loop_thread")
+                 "_check", "_call_soon", "_loop_thread")
 
-    def __init__(self, send: Callable[..., Awaitable[Any]], call_soon: Callable[[Callable[[], Any]], Any],
-                 loop_thread: threading.Thread) -> None:
+    def __init__(self, send: Callable[..., Awaitable[Any]], check: Callable[..., None],
+                 call_soon: Callable[[Callable[[], Any]], Any], loop_thread: threading.Thread) -> None:
         self.queue: Deque[Tuple[Any, ...]] = deque()
         self.queued_bytes = 0
         self.lock = threading.Lock()
@@ -634,6 +662,7 @@ class _Outbox:
         self.ended = False  # the drainer has run and is gone
         self.error: Optional[BaseException] = None  # what stopped the last drain, raised by the next call
         self._send = send
+        self._check = check  # raises what the session's version cannot carry (AsyncClient.check_send)
         self._call_soon = call_soon
         self._loop_thread = loop_thread
 
@@ -708,6 +737,14 @@ class _Outbox:
             self.wakeup = None
             self.ended = True
 
+    def _unencodable(self, destination: Any, headers: Any, content_type: Any) -> bool:
+        """True when the session's version cannot carry this SEND (the check its caller made)."""
+        try:
+            self._check(destination, headers, content_type)
+        except (LocalProtocolError, TypeError):
+            return True
+        return False
+
     async def _drain(self) -> None:
         send = self._send
         queue = self.queue
@@ -726,13 +763,24 @@ class _Outbox:
                     try:
                         if destination is None:  # an ACK: (None, subscription, message, None)
                             try:
-                                await body.ack_message(headers)
+                                if not body.ack_nowait(headers):  # no await per ACK unless it must wait
+                                    await body.ack_message(headers)
                             except StaleMessageError:
                                 # its connection was lost after the ACK was queued: the
                                 # broker redelivers the message; nothing to report later
                                 log.debug("dropped a queued ACK of %r: its connection was lost", headers)
                         else:
-                            await send(destination, body, headers=headers, content_type=content_type)
+                            try:
+                                await send(destination, body, headers=headers, content_type=content_type)
+                            except (LocalProtocolError, TypeError) as exc:
+                                if not self._unencodable(destination, headers, content_type):
+                                    raise  # the session refused it (its state): as any failure
+                                # checked when queued, so only a session of another version
+                                # (a failover) gets here: this frame cannot be written, the
+                                # rest can; the next call reports it
+                                log.error("a queued SEND to %r could not be encoded: %s", destination, exc)
+                                if self.error is None:
+                                    self.error = exc
                     except Exception:
                         batch = batch[i:]
                         raise
@@ -781,7 +829,7 @@ class Client:
 
     def __init__(
         self,
-        url: Union[str, Sequence[str], None] = None,
+        url: Union[str, Endpoint, Sequence[Union[str, Endpoint]], None] = None,
         *,
         portal: Union[Portal, BlockingPortal, None] = None,
         backend: Optional[str] = None,
@@ -834,7 +882,7 @@ class Client:
                 )
             )
             self._loop_thread_id = self._loop_thread.ident
-            self._outbox = _Outbox(self._async.send, self._call_soon, self._loop_thread)
+            self._outbox = _Outbox(self._async.send, self._async.check_send, self._call_soon, self._loop_thread)
         except BaseException:
             if self._owner is not None:
                 self._owner.close()
@@ -942,9 +990,16 @@ class Client:
             raise _copy(failed)
         if type(body) is not bytes and not isinstance(body, (str, bytearray, memoryview)):
             raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+        if headers is not None or content_type is not None or type(destination) is not str \
+                or not destination.isprintable():
+            self._check_queued(destination, headers, content_type)
         if len(outbox.queue) >= _FAST_MAX_MESSAGES or outbox.queued_bytes >= self._fast_limit_bytes:
             self._sync_fast(timeout)
         outbox.put((destination, body, headers, content_type), len(body))
+
+    def _check_queued(self, destination: Any, headers: Optional[Mapping[str, Any]], content_type: Any) -> None:
+        """Refuse here, in this call, what the session's version cannot carry (not later, in the drainer)."""
+        self._async.check_send(destination, headers, content_type)
 
     def _ack_queued(self, sub: AsyncSubscription, message: Message, timeout: Optional[float]) -> None:
         """Queue an ACK (no receipt, no transaction) behind the queued sends; checked here first."""
@@ -1127,6 +1182,27 @@ class Client:
 
     # -- sending --------------------------------------------------------------------------
 
+    @overload
+    def send(
+        self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
+        headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
+        receipt: Literal[False] = ..., wait: bool = ..., timeout: Optional[float] = ...,
+    ) -> None: ...
+
+    @overload
+    def send(
+        self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
+        headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
+        receipt: Literal[True], wait: bool = ..., timeout: Optional[float] = ...,
+    ) -> ReceiptFuture: ...
+
+    @overload
+    def send(
+        self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
+        headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
+        receipt: bool = ..., wait: bool = ..., timeout: Optional[float] = ...,
+    ) -> Optional[ReceiptFuture]: ...
+
     def send(
         self,
         destination: str,
@@ -1155,23 +1231,21 @@ class Client:
             self._send_queued(destination, body, headers, content_type, timeout)
             return None
         self._sync_fast(timeout)  # keep the order of sends made from this client
-        send = functools.partial(
-            self._async.send,
-            destination,
-            body,
-            headers=headers,
-            content_type=content_type,
-            receipt=receipt,
-            wait=wait,
-        )
-        on_timeout = _timeout_error(ReceiptTimeout, f"no RECEIPT for the SEND to {destination!r}", timeout)
+
+        def on_timeout() -> BaseException:  # built only when it happens (this is the hot path)
+            return ReceiptTimeout(f"no RECEIPT for the SEND to {destination!r} within {timeout:g} s", timeout=timeout)
+
         if wait:
-            receipt = self._send_and_wait(destination, body, headers, content_type, timeout, on_timeout)
-            if receipt is None:  # it would have had to wait in the loop (reconnecting, buffer full): a task
-                receipt = self._call(send, timeout, on_timeout)
-            future = ReceiptFuture(receipt)
-            future._settle(None)
-            return future
+            confirmed = self._send_and_wait(destination, body, headers, content_type, timeout, on_timeout)
+            if confirmed is None:  # it would have had to wait in the loop (reconnecting, buffer full): a task
+                send = functools.partial(
+                    self._async.send, destination, body, headers=headers, content_type=content_type, receipt=True
+                )
+                confirmed = self._call(send, timeout, on_timeout)
+            return ReceiptFuture._confirmed(confirmed)
+        send = functools.partial(
+            self._async.send, destination, body, headers=headers, content_type=content_type, receipt=True, wait=False
+        )
         ready: "concurrent.futures.Future[ReceiptFuture]" = concurrent.futures.Future()
         task = self._spawn(_send_pipelined, send, timeout, on_timeout, ready, self._outstanding)
         return self._wait(ready, task)
@@ -1349,9 +1423,8 @@ class Client:
             self._callback_subs.discard(sub)
 
     def __repr__(self) -> str:
-        ep = self._async.endpoint
         state = "connected" if self.is_connected else ("closed" if self._closed else "not connected")
-        return f"<Client {ep.host}:{ep.port} {state}>"
+        return f"<Client {self._async.endpoint.url} {state}>"
 
 
 Client.__init__.__signature__ = options_signature(Client.__init__)  # type: ignore[attr-defined]
@@ -1602,9 +1675,9 @@ class Subscription:
                     if self._stopping:
                         return
                     try:
-                        callback(message)
+                        callback(message)  # type: ignore[arg-type]  # (re-classed above)
                     except Exception as exc:
-                        self._report(exc, message)
+                        self._report(exc, message)  # type: ignore[arg-type]
         except BaseException as exc:  # SystemExit, KeyboardInterrupt... from a callback: stop clearly
             failure = exc
         finally:

@@ -27,6 +27,7 @@ The upgrade request offers the subprotocols ``v12.stomp``, ``v11.stomp`` and
 
 from __future__ import annotations
 
+import asyncio
 import http
 from typing import Any, Iterable, List, Optional
 
@@ -157,7 +158,7 @@ def _answer_close(conn: Any, event: Any) -> "tuple[bytes, Optional[str]]":
 # -- asyncio -------------------------------------------------------------------------------
 
 
-class WebSocketLayer:
+class WebSocketLayer(asyncio.Protocol):
     """asyncio protocol of the socket and transport of the ``_Protocol`` above it."""
 
     def __init__(self, inner: Any, ws: Any, request: bytes, url: str, loop: Any) -> None:
@@ -174,7 +175,8 @@ class WebSocketLayer:
         self.opened.add_done_callback(lambda f: f.cancelled() or f.exception())
         from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 
-        self._BytesMessage, self._TextMessage, self._Ping, self._Close = BytesMessage, TextMessage, Ping, CloseConnection
+        self._BytesMessage, self._TextMessage = BytesMessage, TextMessage
+        self._Ping, self._Close = Ping, CloseConnection
 
     # protocol side, called by the socket's transport
 
@@ -311,10 +313,12 @@ class WebSocketStream(ByteStream):
     def __init__(self, stream: ByteStream, conn: Any, url: str) -> None:
         from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 
-        self._BytesMessage, self._TextMessage, self._Ping, self._Close = BytesMessage, TextMessage, Ping, CloseConnection
+        self._BytesMessage, self._TextMessage = BytesMessage, TextMessage
+        self._Ping, self._Close = Ping, CloseConnection
         self._stream = stream
         self._conn = conn
         self.url = url
+        self.subprotocol: Optional[str] = None  # what the broker accepted (v12.stomp...)
         self._pending: List[bytes] = []
         self._eof = False
         self._error: Optional[str] = None

@@ -45,6 +45,7 @@ EXIT_OK = 0
 EXIT_FAILURE = 1  # connection refused, authentication, timeouts, ERROR frames, I/O
 EXIT_USAGE = 2  # bad arguments, URL or option values (argparse uses 2 too)
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
+EXIT_TERMINATED = 143  # SIGTERM (128 + 15): docker stop, systemd, kill
 EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (128 + SIGPIPE)
 
 DEFAULT_URL = "stomp://127.0.0.1:61613/"
@@ -96,11 +97,15 @@ def mask(text: str, secrets: Sequence[str | None] = ()) -> str:
     return text
 
 
-def display_url(host: str, port: int, login: str | None, passcode: str | None, vhost: str | None) -> str:
-    """The broker URL to show a person: the passcode is always ``***`` (:meth:`Endpoint.masked_url`)."""
+def display_url(
+    host: str, port: int, login: str | None, passcode: str | None, vhost: str | None,
+    scheme: str = "tcp", path: str = "/",
+) -> str:
+    """The broker URL to show a person: its own scheme, the passcode always ``***`` (Endpoint.masked_url)."""
     from ._config import Endpoint
 
-    return Endpoint(host, port, login=login, passcode=passcode, virtual_host=vhost).masked_url()
+    return Endpoint(host, port, scheme=scheme, login=login, passcode=passcode, virtual_host=vhost,
+                    path=path).masked_url()
 
 
 def one_line(text: str, limit: int = 500) -> str:
@@ -152,6 +157,16 @@ class _Dynamic:
 
     def __rich__(self) -> str:
         return self._describe()
+
+
+def _is_device(stream: Any) -> bool:
+    """True when ``stream`` is a character device such as /dev/null (not a pipe, socket or file)."""
+    import stat
+
+    try:
+        return stat.S_ISCHR(os.fstat(stream.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _isatty(stream: Any) -> bool:
@@ -275,8 +290,14 @@ def _add_connection_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--cafile", metavar="PEM",
-        help="TLS: trust the CA certificates in this file instead of the system's (certificates are verified)",
+        help="TLS URLs only: trust the CA certificates in this file instead of the system's"
+        " (certificates are still verified)",
     )
+    group.add_argument(
+        "--cert", metavar="PEM",
+        help="TLS URLs only: present this client certificate (mutual TLS; the key in it or in --key)",
+    )
+    group.add_argument("--key", metavar="PEM", help="the private key of --cert, when it is in a file of its own")
     group.add_argument("--login", metavar="LOGIN", help=f"login (env {ENV_LOGIN})")
     group.add_argument(
         "--passcode", metavar="PASSCODE",
@@ -302,7 +323,9 @@ def _add_connection_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true", help="no status lines on stderr (errors still)")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    parser.add_argument(
+        "--debug", action="store_true", help="show tracebacks of errors and the client's log (stompfast.*) on stderr"
+    )
 
 
 class Connection:
@@ -345,20 +368,55 @@ class Connection:
         self.endpoint = ep  # its scheme chooses TCP, TLS (stomp+ssl://) or WebSocket (ws://)
         self.host = ep.host
         self.port = ep.port
-        self.login = pick(args.login, flag_ep and flag_ep.login, ENV_LOGIN, env_ep and env_ep.login)
-        self.passcode = pick(args.passcode, flag_ep and flag_ep.passcode, ENV_PASSCODE, env_ep and env_ep.passcode)
+        self.login = pick(args.login, flag_ep.login if flag_ep else None, ENV_LOGIN, env_ep.login if env_ep else None)
+        self.passcode = pick(
+            args.passcode, flag_ep.passcode if flag_ep else None, ENV_PASSCODE, env_ep.passcode if env_ep else None
+        )
         self.vhost = args.vhost if args.vhost is not None else ep.virtual_host
         self.versions = args.versions
         self.heart_beat = args.heart_beat
         self.connect_timeout = args.connect_timeout
         self.cafile = getattr(args, "cafile", None)
-        if self.cafile is not None and not os.path.isfile(self.cafile):
-            raise UsageError(f"--cafile: no such file: {self.cafile}")
+        self.cert = getattr(args, "cert", None)
+        self.key = getattr(args, "key", None)
+        for flag, path in (("--cafile", self.cafile), ("--cert", self.cert), ("--key", self.key)):
+            if path is None:
+                continue
+            if not ep.tls:  # it would otherwise switch TLS on behind the URL's back
+                raise UsageError(
+                    f"{flag} is for TLS: use a stomp+ssl:// or wss:// URL (this one is {ep.masked_url()})"
+                )
+            if not os.path.isfile(path):
+                raise UsageError(f"{flag}: no such file: {path}")
+        if self.key is not None and self.cert is None:
+            raise UsageError("--key needs --cert (the client certificate it belongs to)")
+        self.ssl_context = self._tls_context()
+
+    def _tls_context(self) -> Any:
+        """The SSLContext the TLS flags ask for (None: the client's default, the system's CAs)."""
+        if self.cafile is None and self.cert is None:
+            return None
+        import ssl
+
+        try:
+            ctx = ssl.create_default_context(cafile=self.cafile)
+        except ssl.SSLError as exc:
+            raise UsageError(
+                f"--cafile {self.cafile}: not a PEM file of CA certificates ({exc.reason or exc})"
+            ) from None
+        if self.cert is not None:
+            try:
+                ctx.load_cert_chain(self.cert, self.key)
+            except ssl.SSLError as exc:
+                what = f"--cert {self.cert}" + (f" / --key {self.key}" if self.key else "")
+                raise UsageError(f"{what}: not a PEM certificate with its private key ({exc.reason or exc})") from None
+        return ctx
 
     @property
     def url(self) -> str:
-        """The URL to show (passcode masked)."""
-        return display_url(self.host, self.port, self.login, self.passcode, self.vhost)
+        """The URL to show (its own scheme and path, the passcode masked)."""
+        ep = self.endpoint
+        return display_url(self.host, self.port, self.login, self.passcode, self.vhost, ep.scheme, ep.path)
 
     def client(self) -> Any:
         from ._client import AsyncClient
@@ -366,10 +424,8 @@ class Connection:
         kwargs: dict[str, Any] = {}
         if self.versions:
             kwargs["versions"] = self.versions
-        if self.cafile is not None:
-            import ssl
-
-            kwargs["ssl"] = ssl.create_default_context(cafile=self.cafile)
+        if self.ssl_context is not None:
+            kwargs["ssl"] = self.ssl_context
         return AsyncClient(
             self.endpoint,
             login=self.login,
@@ -385,6 +441,68 @@ def _run_async(fn: Callable[..., Any], *args: Any) -> Any:
     import anyio
 
     return anyio.run(fn, *args)
+
+
+class Stopped(Exception):
+    """A command was stopped by SIGINT (Ctrl-C) or SIGTERM; it left its connection cleanly first."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def code(self) -> int:
+        import signal
+
+        return EXIT_TERMINATED if self.signum == signal.SIGTERM else EXIT_INTERRUPTED
+
+    @property
+    def name(self) -> str:
+        import signal
+
+        return "terminated (SIGTERM)" if self.signum == signal.SIGTERM else "interrupted (Ctrl-C)"
+
+
+def _run_stoppable(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn(*args)`` in an event loop; SIGINT or SIGTERM cancels it and raises :class:`Stopped`.
+
+    The cancellation unwinds ``fn`` like any other: ``async with client`` sends
+    DISCONNECT and waits for its receipt (bounded by ``disconnect_timeout``), so a
+    stopped command still leaves the broker cleanly, and the caller prints what was
+    done. Where signals cannot be received (Windows), Ctrl-C stays KeyboardInterrupt.
+    """
+    import signal
+
+    import anyio
+
+    caught: list[int] = []
+
+    async def main() -> Any:
+        try:
+            receiver = anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM)
+            signals = receiver.__enter__()
+        except (NotImplementedError, ValueError, RuntimeError):  # no signal handlers here
+            return await fn(*args)
+        try:
+            result = None
+            async with anyio.create_task_group() as tg:
+                async def watch() -> None:
+                    async for signum in signals:
+                        caught.append(signum)
+                        tg.cancel_scope.cancel()
+                        return
+
+                tg.start_soon(watch)
+                result = await fn(*args)
+                tg.cancel_scope.cancel()
+            return result
+        finally:
+            receiver.__exit__(None, None, None)
+
+    result = anyio.run(main)
+    if caught:
+        raise Stopped(caught[0])
+    return result
 
 
 def _plural(n: int, word: str) -> str:
@@ -448,6 +566,11 @@ def add_send_command(subparsers: Any) -> None:
     )
     p.add_argument("-n", "--count", metavar="N", type=_positive_int, default=1, help="send the body N times")
     p.add_argument(
+        "--json", action="store_true",
+        help="print a JSON summary on stdout: destination, url, count, sent, confirmed, body_bytes, seconds,"
+        " stopped (also when stopped by Ctrl-C or SIGTERM)",
+    )
+    p.add_argument(
         "--receipt-window", metavar="N", type=_positive_int, default=DEFAULT_RECEIPT_WINDOW,
         help=f"at most N messages sent and not yet confirmed; at N, wait for the oldest"
         f" (default {DEFAULT_RECEIPT_WINDOW})",
@@ -465,7 +588,15 @@ def _read_body(args: argparse.Namespace) -> tuple[str | bytes, str]:
     if source == "-" or (source is None and not _isatty(sys.stdin)):
         if sys.stdin is None:
             raise UsageError("no stdin to read the body from")
-        return sys.stdin.buffer.read(), "stdin"
+        data = sys.stdin.buffer.read()
+        if not data and source is None and _is_device(sys.stdin):
+            # nothing from /dev/null or the like: cron, systemd and `docker run` without -i
+            # when BODY was forgotten; an empty pipe or file, or '-', still sends an empty body
+            raise UsageError(
+                "no body: stdin is empty and not a pipe or a file (give BODY, --file PATH, or '' for an"
+                " empty message)"
+            )
+        return data, "stdin"
     if args.file is not None:
         try:
             with open(args.file, "rb") as f:
@@ -485,25 +616,56 @@ def _read_body(args: argparse.Namespace) -> tuple[str | bytes, str]:
 
 def run_send(args: argparse.Namespace, ctx: dict[str, Any]) -> int:
     conn = Connection(args)
-    ctx["secrets"], ctx["url"] = conn.secrets, conn.url
+    ctx["secrets"], ctx["url"], ctx["cafile"] = conn.secrets, conn.url, conn.cafile
     body, _ = _read_body(args)
     status = Status(args.quiet)
     headers = dict(args.headers)
     size = len(body.encode("utf-8") if isinstance(body, str) else body)
+    tally = _SendTally()
     started = time.monotonic()
-    _run_async(_send, conn, args, body, headers)
+    code, stopped = EXIT_OK, None
+    with status.live(lambda: f"{args.destination}: {tally.line(args)}", to_stdout=False):
+        try:
+            _run_stoppable(_send, conn, args, body, headers, tally)
+        except Stopped as exc:
+            code, stopped = exc.code, exc
     elapsed = time.monotonic() - started
+    if args.json:
+        print(json.dumps({
+            "destination": args.destination, "url": conn.url, "count": args.count, "sent": tally.sent,
+            "confirmed": tally.confirmed if args.receipt else None, "body_bytes": size, "seconds": round(elapsed, 6),
+            "stopped": stopped.name if stopped else None,
+        }), flush=True)
+    if stopped is not None:
+        status.info(f"{stopped.name}: {tally.line(args)} to {args.destination} at {conn.url} in {elapsed:.2f} s;"
+                    " the connection was closed cleanly", "yellow")
+        return code
     what = _plural(args.count, "message") + (f" of {_size(size)}" if args.count > 1 else f" ({_size(size)})")
     how = "confirmed by the broker" if args.receipt else "no receipt asked"
     status.info(f"sent {what} to {args.destination} at {conn.url} in {elapsed:.2f} s, {how}", "green")
     return EXIT_OK
 
 
-async def _send(conn: Connection, args: argparse.Namespace, body: str | bytes, headers: dict[str, str]) -> None:
+class _SendTally:
+    """What ``send`` got done, for its progress line and for the summary when stopped."""
+
+    def __init__(self) -> None:
+        self.sent = 0  # handed to the client (written, or queued to be)
+        self.confirmed = 0  # receipts come back
+
+    def line(self, args: argparse.Namespace) -> str:
+        sent = f"sent {self.sent:,} of {args.count:,}"
+        return f"{sent}, {self.confirmed:,} confirmed by the broker" if args.receipt else f"{sent} (no receipts)"
+
+
+async def _send(
+    conn: Connection, args: argparse.Namespace, body: str | bytes, headers: dict[str, str], tally: _SendTally
+) -> None:
     async with conn.client() as client:
         if not args.receipt:
             for _ in range(args.count):
                 await client.send(args.destination, body, headers=headers or None, content_type=args.content_type)
+                tally.sent += 1
             return
         # A window of receipts in flight, oldest first: memory stays flat at any --count.
         window: deque[Any] = deque()
@@ -511,13 +673,17 @@ async def _send(conn: Connection, args: argparse.Namespace, body: str | bytes, h
         for _ in range(args.count):
             while window and (len(window) >= limit or window[0].done()):
                 await window.popleft().wait()  # raises what made it fail (e.g. ServerError)
+                tally.confirmed += 1
             window.append(
                 await client.send(
                     args.destination, body, headers=headers or None, content_type=args.content_type,
                     receipt=True, wait=False,
                 )
             )
-        await client.wait_receipts(window)
+            tally.sent += 1
+        while window:
+            await window.popleft().wait()
+            tally.confirmed += 1
 
 
 # -- listen -------------------------------------------------------------------------------------
@@ -676,13 +842,16 @@ class _Tally:
 
 def run_listen(args: argparse.Namespace, ctx: dict[str, Any]) -> int:
     conn = Connection(args)
-    ctx["secrets"], ctx["url"] = conn.secrets, conn.url
+    ctx["secrets"], ctx["url"], ctx["cafile"] = conn.secrets, conn.url, conn.cafile
     status = Status(args.quiet)
     sink = _open_sink(args)
     tally = _Tally()
     code = EXIT_OK
     try:
-        _run_async(_listen, conn, args, sink, status, tally)
+        _run_stoppable(_listen, conn, args, sink, status, tally)
+    except Stopped as exc:
+        tally.reason = exc.name
+        code = exc.code
     except KeyboardInterrupt:
         tally.reason = "interrupted"
         code = EXIT_INTERRUPTED
@@ -814,7 +983,10 @@ def run_broker(args: argparse.Namespace, ctx: dict[str, Any]) -> int:
     ctx["secrets"] = [passcode for _, passcode in args.users]
     status = Status(args.quiet)
     try:
-        _run_async(_broker, args, status)
+        _run_stoppable(_broker, args, status)
+    except Stopped as exc:
+        status.info(f"broker stopped: {exc.name}")
+        return EXIT_OK if exc.code == EXIT_INTERRUPTED else exc.code
     except KeyboardInterrupt:
         status.info("broker stopped")
     return EXIT_OK
@@ -840,7 +1012,7 @@ async def _broker(args: argparse.Namespace, status: Status) -> None:
         full = "holds producers" if args.when_full == "block" else "refuses SENDs"
         status.info(
             f"stompfast test broker listening on {broker.url} ({who}; nothing persisted; at"
-            f" {_size(broker.max_bytes)} of messages it {full}); Ctrl-C stops it"
+            f" {_size(broker.max_bytes or 0)} of messages it {full}); Ctrl-C stops it"
         )
         status.info(f"  try: stompfast send --url {broker.url} /queue/demo hello", "dim")
         await anyio.sleep_forever()
@@ -853,7 +1025,8 @@ async def _broker(args: argparse.Namespace, status: Status) -> None:
 MAIN_EPILOG = f"""\
 exit codes: 0 done; 1 failed at run time (connection refused, authentication,
 timeout, ERROR from the broker, files); 2 usage or configuration error (bad option,
-bad URL); 130 interrupted (Ctrl-C).
+bad URL); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM: docker stop, systemd).
+A stopped send or listen closes its connection cleanly (DISCONNECT) and says what it did.
 
 examples:
   stompfast broker --port 0 &                  # a test broker; prints its URL
@@ -895,7 +1068,7 @@ def _leaf(exc: BaseException) -> BaseException:
             return exc
 
 
-def describe_error(exc: BaseException, url: str | None = None) -> tuple[int, str]:
+def describe_error(exc: BaseException, url: str | None = None, cafile: str | None = None) -> tuple[int, str]:
     """The exit code and the one-line message for a failure."""
     from .errors import (
         AuthenticationError,
@@ -920,7 +1093,10 @@ def describe_error(exc: BaseException, url: str | None = None) -> tuple[int, str
     if isinstance(exc, ConnectError):
         hint = ""
         if type(exc).__name__ == "TLSError":
-            hint = " (for a private CA: --cafile PEM)"
+            if cafile:
+                hint = f" (the broker's certificate is not signed by a CA of {cafile}, or does not name this host)"
+            else:
+                hint = " (for a private CA: --cafile PEM)"
         elif isinstance(exc.__cause__, ConnectionRefusedError) or "refused" in str(exc).lower():
             hint = " (is a STOMP broker listening there? 'stompfast broker' runs a test one)"
         return EXIT_FAILURE, f"{exc}{hint}"
@@ -940,6 +1116,13 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     ctx: dict[str, Any] = {"secrets": []}
+    if getattr(args, "debug", False):  # the client's own log: connects, losses, reconnects (never a passcode)
+        import logging
+
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.getLogger("stompfast").addHandler(handler)
+        logging.getLogger("stompfast").setLevel(logging.DEBUG)
     try:
         return args.run(args, ctx)
     except BrokenPipeError:
@@ -960,7 +1143,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             raise exc from None
         if not isinstance(exc, Exception):
             raise
-        code, text = describe_error(exc, ctx.get("url"))
+        code, text = describe_error(exc, ctx.get("url"), ctx.get("cafile"))
         if getattr(args, "debug", False):
             import traceback
 

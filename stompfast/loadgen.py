@@ -254,7 +254,9 @@ class LoadConfig:
             if not isinstance(destination, str) or not destination:
                 raise ConfigurationError(f"a destination must be a non-empty str, not {destination!r}")
         if self.count is not None and self.count < self.producers:
-            raise ConfigurationError(f"count ({self.count}) must be at least the number of producers ({self.producers})")
+            raise ConfigurationError(
+                f"count ({self.count}) must be at least the number of producers ({self.producers})"
+            )
 
     def limits(self) -> Tuple[Optional[int], Optional[float]]:
         """The ``(count, duration)`` in force: both default (100,000 or 10 s) when neither is set."""
@@ -1340,8 +1342,8 @@ def _merge(
             for key, bitmap in f["seen"].get(group, {}).items():
                 merged[key] = merged.get(key, 0) | int.from_bytes(bitmap, "little")
             received_in_groups += f["received_by_group"].get(group, 0)
-        for key, counts in sent_by.items():
-            due = counts[d]
+        for key, sent_counts in sent_by.items():
+            due = sent_counts[d]
             bits = merged.get(key, 0) & ((1 << due) - 1)
             got = _popcount(bits)
             distinct += got
@@ -1698,7 +1700,8 @@ def add_bench_command(subparsers: Any) -> None:
     stop.add_argument("--duration", metavar="SECONDS", type=_cli._positive_float,
                       help="stop sending after SECONDS (with --count: whichever comes first)")
     stop.add_argument("--rate", metavar="R", type=_positive_rate,
-                      help="open loop: R messages per second in total on a fixed schedule (default: as fast as possible)")
+                      help="open loop: R messages per second in total on a fixed schedule"
+                      " (default: as fast as possible)")
     stop.add_argument("--warmup", metavar="SECONDS|Nmsgs", type=_warmup, default=(0.0, 0),
                       help="leave the first SECONDS (5, 2.5s) or N messages (1000msgs) out of latency and rates")
     stop.add_argument("--drain-timeout", metavar="SECONDS", type=_cli._positive_float, default=5.0,
@@ -1779,7 +1782,7 @@ def _table_rows(result: LoadResult) -> List[Tuple[str, str]]:
          + (f", {result.broker['server']}" if result.broker.get("server") else "")
          + (f", STOMP {result.broker['stomp_version']}" if result.broker.get("stomp_version") else "")),
         ("sent", f"{_fmt(c['sent'])}  ({_fmt(r['send_msgs_per_s'], ' msgs/s')}, {_fmt(r['send_mb_per_s'], ' MB/s')})"
-         + (f"  target {_fmt(float(r['target_msgs_per_s']), ' msgs/s')}" if r.get("target_msgs_per_s") else "")),
+         + (f"  target {_fmt(float(r['target_msgs_per_s'] or 0), ' msgs/s')}" if r.get("target_msgs_per_s") else "")),
         ("confirmed", _fmt(c["confirmed"]) if result.config.receipts else "- (no receipts asked)"),
         ("received", f"{_fmt(c['received'])} of {_fmt(c['expected'])} expected"
          f"  ({_fmt(r['receive_msgs_per_s'], ' msgs/s')})"),

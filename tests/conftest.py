@@ -5,7 +5,9 @@ fails when the extension cannot be imported: a normal install must have built it
 With ``STOMPFAST_NO_EXTENSIONS`` set (a pure build) it is skipped instead.
 
 Tests marked ``slow`` (bigger hypothesis runs) are skipped unless ``--run-slow`` is
-given, so that ``pytest tests`` stays well under two minutes.
+given, so that ``pytest tests`` stays well under two minutes. Tests marked ``soak``
+(tests/soak/: minutes against real brokers, restarting RabbitMQ) are skipped unless
+``--run-soak`` is given; ``.ci/run`` runs them as a step of their own.
 """
 
 from __future__ import annotations
@@ -33,15 +35,18 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-slow", action="store_true", default=False, help="run tests marked slow")
+    parser.addoption("--run-soak", action="store_true", default=False,
+                     help="run the soak and chaos suite (tests marked soak; restarts RabbitMQ)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
-    if config.getoption("--run-slow"):
-        return
-    skip = pytest.mark.skip(reason="slow: run with --run-slow")
-    for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+    for marker in ("slow", "soak"):
+        if config.getoption(f"--run-{marker}"):
+            continue
+        skip = pytest.mark.skip(reason=f"{marker}: run with --run-{marker}")
+        for item in items:
+            if item.get_closest_marker(marker) is not None:  # (keywords would match the tests/soak/ package)
+                item.add_marker(skip)
 
 
 @pytest.fixture(params=["c", "py"], scope="session")

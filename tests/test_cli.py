@@ -22,6 +22,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -553,3 +554,149 @@ def test_round_trip_over_tls_and_a_refused_certificate_real_rabbitmq() -> None:
     line = assert_one_line_error(run("send", "--url", url, queue, "x"), cli.EXIT_FAILURE)
     assert "certificate" in line.lower(), line
     assert "guest:guest@" not in line  # the passcode is masked
+
+
+# -- TLS flags fit what was given ----------------------------------------------------------------
+
+
+def _args(*argv: str) -> Any:
+    return cli.build_parser("stompfast").parse_args(["send", *argv, "/queue/x", "b"])
+
+
+@pytest.mark.parametrize("url,shown", [
+    ("ws://guest:pw@127.0.0.1:15674/ws", "ws://guest:***@127.0.0.1:15674/ws"),
+    ("wss://h/stomp", "wss://h:443/stomp"),
+    ("stomp+ssl://u:pw@h:61617/", "stomp+ssl://u:***@h:61617/"),
+    ("stomp://h/vh", "stomp://h:61613/vh"),
+])
+def test_the_status_line_shows_the_urls_own_scheme_and_path(url: str, shown: str) -> None:
+    assert cli.Connection(_args("--url", url), environ={}).url == shown
+
+
+def test_tls_flags_on_a_plain_url_are_refused_not_a_silent_switch_to_tls(tmp_path: Path) -> None:
+    pem = tmp_path / "ca.pem"
+    pem.write_text("not a certificate")
+    for flag in ("--cafile", "--cert"):
+        line = assert_one_line_error(run("send", "--url", "stomp://127.0.0.1:1/", flag, str(pem), "/queue/x", "b"),
+                                     cli.EXIT_USAGE)
+        assert f"{flag} is for TLS" in line and "stomp+ssl://" in line
+    line = assert_one_line_error(run("send", "--url", "stomp+ssl://127.0.0.1:1/", "--cafile", str(pem), "/queue/x",
+                                     "b"), cli.EXIT_USAGE)
+    assert "not a PEM file of CA certificates" in line and "Traceback" not in line
+    line = assert_one_line_error(run("send", "--url", "stomp+ssl://127.0.0.1:1/", "--key", str(pem), "/queue/x",
+                                     "b"), cli.EXIT_USAGE)
+    assert "--key needs --cert" in line
+
+
+def test_cafile_and_a_client_certificate_against_a_broker_that_requires_one(tmp_path: Path) -> None:
+    import ssl
+
+    import trustme
+
+    from stompfast.testing import Broker
+
+    ca, other = trustme.CA(), trustme.CA()
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server)
+    server.verify_mode = ssl.CERT_REQUIRED  # mutual TLS: the broker checks the client's certificate
+    ca.configure_trust(server)
+    ca_pem, other_pem = tmp_path / "ca.pem", tmp_path / "other.pem"
+    ca.cert_pem.write_to_path(str(ca_pem))
+    other.cert_pem.write_to_path(str(other_pem))
+    client_cert = ca.issue_cert("client@example")
+    cert_pem, key_pem = tmp_path / "client.pem", tmp_path / "client.key"
+    for blob in client_cert.cert_chain_pems:
+        blob.write_to_path(str(cert_pem), append=True)
+    client_cert.private_key_pem.write_to_path(str(key_pem))
+    with Broker.in_thread(ssl_context=server) as broker:
+        url = broker.url
+        assert url.startswith("stomp+ssl://")
+        ok = run("send", "--url", url, "--cafile", str(ca_pem), "--cert", str(cert_pem), "--key", str(key_pem),
+                 "/queue/mtls", "hello")
+        assert ok.returncode == 0, ok
+        assert "stomp+ssl://" in ok.stderr.decode()
+        assert broker.queue_depth("/queue/mtls") == 1
+        # the broker's certificate is not signed by the CA given: the hint says so
+        line = assert_one_line_error(run("send", "--url", url, "--cafile", str(other_pem), "/queue/mtls", "x"),
+                                     cli.EXIT_FAILURE)
+        assert str(other_pem) in line and "not signed by a CA" in line
+        # no client certificate: the broker refuses the handshake
+        assert run("send", "--url", url, "--cafile", str(ca_pem), "--connect-timeout", "3", "/queue/mtls",
+                   "x").returncode == cli.EXIT_FAILURE
+
+
+def test_an_empty_stdin_that_is_not_a_pipe_or_file_is_a_missing_body(tmp_path: Path) -> None:
+    # cron, systemd and `docker run` without -i give /dev/null: a forgotten BODY must not send ""
+    line = assert_one_line_error(run("send", "--url", "stomp://127.0.0.1:1/", "/queue/x"), cli.EXIT_USAGE)
+    assert "no body" in line and "stdin is empty" in line
+    # an empty pipe, an empty file and an explicit '' are deliberate: they get as far as connecting
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    for got in (
+        run("send", "--url", "stomp://127.0.0.1:1/", "--connect-timeout", "2", "/queue/x", input=b""),
+        run("send", "--url", "stomp://127.0.0.1:1/", "--connect-timeout", "2", "--file", str(empty), "/queue/x"),
+        run("send", "--url", "stomp://127.0.0.1:1/", "--connect-timeout", "2", "/queue/x", ""),
+    ):
+        assert got.returncode == cli.EXIT_FAILURE and b"could not connect" in got.stderr, got
+
+
+# -- stopped by a signal: a clean close, a summary, 130 / 143 -------------------------------------
+
+
+@pytest.mark.parametrize("sig,code,word", [
+    (signal.SIGTERM, cli.EXIT_TERMINATED, "terminated (SIGTERM)"),
+    (signal.SIGINT, cli.EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
+])
+def test_a_stopped_send_closes_cleanly_and_says_what_it_did(stomp_broker_thread, sig, code, word) -> None:
+    broker, queue = stomp_broker_thread, unique_queue()
+    proc = popen("send", "--url", broker.url, "--count", "100000000", "--json", queue, "x")
+    broker.wait_for_blocking(lambda: broker.queue_depth(queue) > 1000, 30)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == code, err
+    assert b"Traceback" not in err
+    summary = json.loads(out)
+    assert summary["stopped"] == word and summary["count"] == 100_000_000
+    assert 1000 < summary["confirmed"] <= summary["sent"] < 100_000_000
+    assert f"{word}: sent {summary['sent']:,} of 100,000,000, {summary['confirmed']:,} confirmed" in err.decode()
+    assert broker.stats.frames_in.get("DISCONNECT") == 1  # left the broker cleanly
+    # nothing confirmed was lost: the broker holds at least every confirmed message
+    assert broker.queue_depth(queue) >= summary["confirmed"]
+
+
+def test_a_listen_stopped_by_sigterm_exits_143_with_its_summary(stomp_broker_thread) -> None:
+    proc = popen("listen", "--url", stomp_broker_thread.url, unique_queue())
+    assert proc.stderr is not None
+    assert proc.stderr.readline().startswith(b"listening on ")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=10)
+    assert proc.returncode == cli.EXIT_TERMINATED
+    assert b"Traceback" not in err and b"received 0 messages" in err and b"terminated (SIGTERM)" in err
+    stomp_broker_thread.wait_for_blocking(lambda: stomp_broker_thread.connections == 0)
+
+
+def test_the_broker_command_stopped_by_sigterm_exits_143() -> None:
+    proc = popen("broker", "--port", "0")
+    assert proc.stdout is not None and proc.stdout.readline().startswith(b"stomp://")
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=10)
+    assert proc.returncode == cli.EXIT_TERMINATED and b"broker stopped: terminated (SIGTERM)" in err
+
+
+def test_every_flag_of_every_command_is_in_the_docs() -> None:
+    # docs/cli.md (bench: docs/loadgen.md) must name each option as it is written
+    import argparse as _argparse
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    docs = (root / "docs" / "cli.md").read_text() + (root / "docs" / "loadgen.md").read_text()
+    parser = cli.build_parser("stompfast")
+    (commands,) = [a for a in parser._actions if isinstance(a, _argparse._SubParsersAction)]
+    missing = [
+        f"{name} {opt}"
+        for name, sub in commands.choices.items()
+        for action in sub._actions
+        for opt in action.option_strings
+        if opt.startswith("--") and opt != "--help" and not re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", docs)
+    ]
+    assert len(commands.choices) >= 4 and not missing, missing

@@ -345,3 +345,34 @@ def test_close_is_bounded_when_the_broker_stops_reading_blocking(backend, closin
             close()
             took.append(time.monotonic() - started)
     assert max(took) < 1.0 + 0.5, f"closing took {took} s with disconnect_timeout=1"
+
+
+# -- a broker that ends our close without the DISCONNECT's RECEIPT ------------------------------
+
+
+def close_without_receipt(conn: Conn) -> None:
+    """Answer CONNECT; on DISCONNECT close the connection without a RECEIPT (RabbitMQ's Web-STOMP)."""
+    conn.connected()
+    while True:
+        frame = conn.read_frame(30)
+        if frame is None or frame.command == "DISCONNECT":
+            return
+
+
+@pytest.mark.anyio
+async def test_a_close_the_broker_ends_without_a_receipt_is_prompt():
+    with HostileServer(close_without_receipt) as server:
+        async with AsyncClient(server.url, heart_beat=(0, 0), disconnect_timeout=5) as c:
+            started = time.monotonic()
+            assert c.is_connected
+        assert time.monotonic() - started < 1.0
+        assert not server.errors
+
+
+def test_a_close_the_broker_ends_without_a_receipt_is_prompt_blocking(backend):
+    name, options = backend
+    with HostileServer(close_without_receipt) as server:
+        with Client(server.url, heart_beat=(0, 0), disconnect_timeout=5, backend=name, backend_options=options):
+            started = time.monotonic()
+        assert time.monotonic() - started < 1.0
+        assert not server.errors

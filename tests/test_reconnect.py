@@ -384,3 +384,4 @@ async def test_an_ack_during_the_outage_is_stale_not_a_connection_error():
                 again = await next_message(sub)  # redelivered on the new connection
                 assert again.body == b"x"
                 await again.ack(receipt=True)
+

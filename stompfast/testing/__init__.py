@@ -21,6 +21,16 @@ producers until consumers catch up (or, with ``when_full="error"``, refuses thei
 SENDs). It is a test double, not a production broker: nothing is persisted and
 everything lives in one process.
 
+:class:`FaultProxy` is a TCP proxy to put between a client and any broker (this
+one or a real one) that adds latency, throttles, splits writes into 1-byte
+segments, stalls a direction, half-closes, and resets the connection at a
+chosen byte, time or frame (:class:`Trigger`)::
+
+    async with FaultProxy(broker_url, latency=0.05) as proxy:
+        ...connect a client to proxy.rewrite(broker_url)...
+        proxy.set(stall="down")                           # change faults at run time
+        proxy.reset_all()                                 # RST every link now
+
 The pytest plugin (``stompfast.testing.pytest_plugin``, registered as the
 ``stompfast`` pytest11 entry point) provides the ``stomp_broker`` and
 ``stomp_broker_thread`` fixtures.
@@ -28,17 +38,21 @@ The pytest plugin (``stompfast.testing.pytest_plugin``, registered as the
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["Broker", "BrokerStats"]
+__all__ = ["Broker", "BrokerStats", "FaultProxy", "ProxyStats", "Trigger"]
+
+_MODULES = {"Broker": "_broker", "BrokerStats": "_broker", "FaultProxy": "_proxy", "ProxyStats": "_proxy",
+            "Trigger": "_proxy"}
 
 if TYPE_CHECKING:
     from ._broker import Broker, BrokerStats
+    from ._proxy import FaultProxy, ProxyStats, Trigger
 
 
 def __getattr__(name: str) -> Any:
     # imported on first use, so that pytest loading the plugin module of this package
     # (in every session of an environment with stompfast) does not import the broker
-    if name in __all__:
-        from . import _broker
+    if name in _MODULES:
+        import importlib
 
-        return getattr(_broker, name)
+        return getattr(importlib.import_module(f".{_MODULES[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

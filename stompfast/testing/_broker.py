@@ -111,6 +111,7 @@ from anyio.abc import SocketAttribute
 from anyio.streams.tls import TLSListener
 
 from .. import __version__
+from . import _threaded
 from .._protocol import MAX_HEART_BEAT_MS
 from .._scanner import FrameScanner, encode_frame
 from ..errors import LimitExceededError, LocalProtocolError, RemoteProtocolError
@@ -329,7 +330,9 @@ class _TLSListener(TLSListener):
         super().__init__(listener, ssl_context, standard_compatible=False, handshake_timeout=10)
         self._broker = broker
 
-    async def handle_handshake_error(self, exc: BaseException, stream: Any) -> None:
+    async def handle_handshake_error(  # type: ignore[override]  # (a staticmethod in anyio; ours counts)
+        self, exc: BaseException, stream: Any
+    ) -> None:
         self._broker._counts["tls_handshake_failed"] += 1
         log.debug("stompfast.testing: TLS handshake failed: %r", exc)
         await Broker._aclose(stream)
@@ -521,20 +524,10 @@ class Broker:
         threads run in the broker's loop; use :meth:`wait_for_blocking` instead
         of :meth:`wait_for`. The broker is stopped when the block exits.
         """
-        broker = cls(*args, **kwargs)
-        with anyio.from_thread.start_blocking_portal(backend, backend_options) as portal:
-            with portal.wrap_async_context_manager(broker):
-                broker._portal = portal
-                try:
-                    yield broker
-                finally:
-                    broker._portal = None
+        yield from _threaded.run_in_thread(cls(*args, **kwargs), backend, backend_options)
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        portal = self._portal
-        if portal is not None and threading.get_ident() != self._loop_thread:
-            return portal.call(fn, *args)
-        return fn(*args)
+        return _threaded.call(self, fn, *args)
 
     # ------------------------------------------------------------------ addresses
 
@@ -551,6 +544,11 @@ class Broker:
         host = f"[{self.host}]" if ":" in self.host else self.host
         scheme = "stomp+ssl" if self.ssl_context is not None else "stomp"
         return f"{scheme}://{host}:{self.port}/"
+
+    def __repr__(self) -> str:
+        if self._port is None:
+            return f"<Broker {self.host} not started>"
+        return f"<Broker {self.url} {self.connections} connection(s), {self.stats.stored_bytes:,} bytes stored>"
 
     # ------------------------------------------------------------------ introspection
 

@@ -212,3 +212,12 @@ async def test_ws_bad_path_is_refused_with_its_status(ws_url):
             pass
     assert info.value.status_code == 404
     assert "HTTP 404" in str(info.value)
+
+
+async def test_ws_close_ends_when_rabbitmq_closes_the_websocket(ws_url, queue):
+    # RabbitMQ answers DISCONNECT by closing the WebSocket, without the RECEIPT: the close
+    # must end then, not sit out disconnect_timeout (5 s by default)
+    async with AsyncClient(ws_url, heart_beat=(0, 0)) as c:
+        await c.send(queue, b"x", receipt=True)
+        started = anyio.current_time()
+    assert anyio.current_time() - started < 1.0
