@@ -1160,6 +1160,11 @@ class AsyncClient:
             while True:
                 data = await transport.receive(READ_SIZE)
                 if not data:
+                    if self._transport is not transport or not self._link_alive:
+                        # Another task (the writer, the heart-beat watch) took this link down
+                        # while the EOF was on its way to us: it is handled, and the
+                        # protocol's CLOSED state is that loss, not our close.
+                        return
                     if protocol.state is SessionState.CLOSED or self._state == "closing":
                         # our close: a broker may end it without the DISCONNECT's RECEIPT
                         # (RabbitMQ's Web-STOMP closes the WebSocket): stop waiting for it

@@ -385,3 +385,36 @@ async def test_an_ack_during_the_outage_is_stale_not_a_connection_error():
                 assert again.body == b"x"
                 await again.ack(receipt=True)
 
+
+async def test_an_eof_reaching_the_reader_after_the_link_was_taken_down_reconnects_not_closes(monkeypatch):
+    # The race the ActiveMQ soak on trio found: the writer (or the heart-beat watch) fails the link, and in
+    # the same instant the reader wakes with the EOF that was already on its way. The reader saw the
+    # protocol CLOSED by that loss, took it for our own close, and failed the client for good with
+    # ClientClosedError: every later send raised at once. The EOF of a link already down is no news.
+    async with Broker() as broker:
+        async with make(broker.url) as c:
+            await c.send("/queue/eof", b"x", receipt=True)  # (the reader task is running, in a receive)
+            transport = c._transport
+            trip = anyio.Event()
+            if c._push:  # asyncio: the transport calls back; a link taken down makes no callback after it
+                c._fail(ConnectionLostError("the writer's link failed"))
+                transport._protocol.eof_received()
+                transport._protocol.connection_lost(None)
+            else:
+                original = type(transport).receive
+
+                async def receive(self, max_bytes):
+                    if self is not transport:
+                        return await original(self, max_bytes)
+                    await trip.wait()
+                    c._fail(ConnectionLostError("the writer's link failed"))  # another task, first...
+                    return b""  # ...then the reader wakes with the EOF, no checkpoint between
+
+                monkeypatch.setattr(type(transport), "receive", receive)
+                await c.send("/queue/eof", b"y", receipt=True)  # the reader reads its RECEIPT, then waits on us
+                trip.set()
+            await wait_until(lambda: c.reconnects == 1)
+            await c.send("/queue/eof", b"after", receipt=True)
+            assert c.is_connected
+            sent = [f.body for f in broker.received if f.command == "SEND"]
+            assert sent == ([b"x", b"after"] if c._push else [b"x", b"y", b"after"])
