@@ -12,9 +12,11 @@ there (and in docs/client.md).
 
 import inspect
 import ssl as _ssl
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
+from ._config import Endpoint, parse_urls
 from ._protocol import SUPPORTED_VERSIONS
+from .errors import ConfigurationError
 from ._reconnect import ConnectionEvent, ReconnectPolicy
 
 try:
@@ -22,7 +24,7 @@ try:
 except ImportError:  # pragma: no cover - Python < 3.8
     from typing_extensions import TypedDict
 
-__all__ = ["DEFAULTS", "ClientOptions", "resolve", "signature"]
+__all__ = ["DEFAULTS", "ClientOptions", "endpoints_and_policy", "resolve", "signature", "tls_options"]
 
 
 class ClientOptions(TypedDict, total=False):
@@ -97,3 +99,55 @@ def signature(fn: Callable[..., Any]) -> inspect.Signature:
     positional = [p for p in own if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     keywords = [p for p in own if p.kind is p.KEYWORD_ONLY]
     return inspect.signature(fn).replace(parameters=positional + options + keywords)
+
+
+def endpoints_and_policy(url: Any, o: Mapping[str, Any]) -> Tuple[List[Endpoint], ReconnectPolicy]:
+    """The broker list (the URLs, with the keyword overrides applied) and the reconnect policy."""
+    host, port, login, passcode, virtual_host = o["host"], o["port"], o["login"], o["passcode"], o["virtual_host"]
+    if url is not None:
+        endpoints, failover = parse_urls(url)
+    else:
+        endpoints, failover = [Endpoint(host or "127.0.0.1")], {}
+    if (host is not None or port is not None) and len(endpoints) > 1:
+        raise ConfigurationError("host= and port= apply to a single broker, not to a list of URLs")
+    if port is not None and (type(port) is not int or not 0 < port < 65536):
+        raise ConfigurationError(f"port must be an int from 1 to 65535, not {port!r}")
+    for endpoint in endpoints:
+        if host is not None:
+            endpoint.host = host
+        if port is not None:
+            endpoint.port = port
+        if login is not None:
+            endpoint.login = login
+        if passcode is not None:
+            endpoint.passcode = passcode
+        if virtual_host is not None:
+            endpoint.virtual_host = virtual_host
+    reconnect = o["reconnect"]
+    if isinstance(reconnect, ReconnectPolicy):
+        policy = reconnect
+    elif isinstance(reconnect, bool):
+        policy = ReconnectPolicy(enabled=reconnect)
+    else:
+        raise ConfigurationError(f"reconnect must be a bool or a ReconnectPolicy, not {reconnect!r}")
+    if failover:
+        policy = ReconnectPolicy.from_failover_options(failover, policy)
+    if any(ep.websocket for ep in endpoints):
+        from ._websocket import require_wsproto
+
+        require_wsproto()
+    return endpoints, policy
+
+
+def tls_options(
+    ssl: Any, server_hostname: Any, endpoints: Sequence[Endpoint]
+) -> Tuple[Union[bool, _ssl.SSLContext, None], Optional[str]]:
+    """The checked ``ssl=`` and ``server_hostname=`` options."""
+    if ssl is not None and not isinstance(ssl, (bool, _ssl.SSLContext)):
+        raise ConfigurationError(f"ssl must be None, a bool or an ssl.SSLContext, not {type(ssl).__name__}")
+    if server_hostname is not None:
+        if not (ssl or (ssl is None and any(ep.tls for ep in endpoints))):
+            raise ConfigurationError("server_hostname is for TLS connections (ssl=True or a stomp+ssl:// URL)")
+        if not isinstance(server_hostname, str) or not server_hostname:
+            raise ConfigurationError(f"server_hostname must be a non-empty str, not {server_hostname!r}")
+    return ssl, server_hostname

@@ -617,6 +617,10 @@ class StompProtocol:
     def ack_mode(self, subscription: str) -> Optional[str]:
         return self._subscriptions.get(subscription)
 
+    def check_ack(self, message: Message) -> None:
+        """Raise what an ACK of ``message`` would be refused with on this session (LocalProtocolError); send nothing."""
+        self._ack_headers("ACK", message, None)
+
     def _ack_headers(self, command: str, message: Message, transaction: Optional[str]) -> Dict[str, str]:
         if message._session is not self:
             raise StaleMessageError(

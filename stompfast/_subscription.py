@@ -26,22 +26,111 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Awaitable, Callable, Deque, Dict, List, Optional
 
 import anyio
 
+from ._common import copy_error
 from ._protocol import Message
 from .errors import ClientClosedError, ConfigurationError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ._client import AsyncClient
-
-__all__ = ["AsyncSubscription", "DEFAULT_BUFFER_SIZE", "ThreadHandoff", "WaitTimeout"]
+__all__ = ["AsyncSubscription", "DEFAULT_BUFFER_SIZE", "Inlet", "LOOP_CHECK_INTERVAL", "SubscriptionOps",
+           "ThreadHandoff", "WaitTimeout"]
 
 #: Messages a subscription buffers before the reader stops reading.
 DEFAULT_BUFFER_SIZE = 1000
 
 _PREFETCH_HEADERS = ("prefetch-count", "activemq.prefetchSize")
+
+
+class Inlet:
+    """A subscription as the session sees it: what to (re-)subscribe, and the buffer the reader fills.
+
+    The client's reader (:mod:`._inbox`) appends messages here and wakes the
+    consumer through ``ready``; when ``messages`` holds ``pause_at`` or more it
+    stops reading and waits for ``space``. The consumer side
+    (:class:`AsyncSubscription`, or a :class:`ThreadHandoff`) takes from
+    ``messages`` and sets ``space`` once there is room. Data flows one way: the
+    inlet never calls the client.
+    """
+
+    __slots__ = ("destination", "ack_mode", "headers", "id", "wants_receipt", "buffer_size", "pause_at",
+                 "messages", "ready", "space", "closed", "error", "seq", "owner")
+
+    def __init__(self, owner: Any, destination: str, ack: str, headers: Optional[Dict[str, Any]],
+                 buffer_size: int, receipt: bool, id: Optional[str]) -> None:
+        if type(buffer_size) is not int or buffer_size < 1:
+            raise ConfigurationError(f"buffer_size must be a positive int, not {buffer_size!r}")
+        #: the AsyncSubscription whose messages these are (``message.ack()`` goes there)
+        self.owner = owner
+        self.destination = destination
+        self.ack_mode = ack
+        self.headers: Dict[str, Any] = dict(headers or {})
+        #: the reader stops reading while the buffer holds this many messages
+        self.pause_at = buffer_size
+        if ack != "auto" and not any(h in self.headers for h in _PREFETCH_HEADERS):
+            for h in _PREFETCH_HEADERS:
+                self.headers[h] = str(buffer_size)
+            # The broker keeps at most buffer_size unacked messages in flight, so the
+            # buffer cannot overflow and the reader need not stop for it (receipts
+            # keep flowing while it is full); one more stays as a guard against a
+            # broker that ignores prefetch.
+            self.pause_at = buffer_size + 1
+        self.buffer_size = buffer_size
+        #: SUBSCRIBE asks for a receipt (and the subscriber waits for it)
+        self.wants_receipt = receipt
+        self.id: Optional[str] = id
+        self.messages: Deque[Message] = deque()
+        #: set() when a message arrives or the subscription closes (an anyio.Event, or a ThreadHandoff)
+        self.ready: Any = anyio.Event()
+        #: set() once there is room again: an anyio.Event the pull reader waits on, or the push reader's Resume
+        self.space: Optional[Any] = None
+        self.closed = False
+        self.error: Optional[BaseException] = None
+        self.seq = 0  # messages delivered
+
+    def deliver(self, message: Message) -> None:
+        """(The reader.) One more message for this subscription."""
+        self.seq += 1
+        message._seq = self.seq
+        message._owner = self.owner
+        self.messages.append(message)
+
+    def close(self, error: Optional[BaseException]) -> None:
+        """No more messages: wake the consumer (it raises ``error`` once the buffer is empty, if any)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.error = error
+        self.ready.set()
+        if self.space is not None:
+            self.space.set()
+            self.space = None
+
+
+class SubscriptionOps:
+    """What a subscription asks of the client (its bound methods): the subscription never sees the client."""
+
+    __slots__ = ("subscribe", "unsubscribe", "ack", "queue_ack", "check_ack")
+
+    def __init__(
+        self,
+        subscribe: Callable[[Inlet], Awaitable[None]],
+        unsubscribe: Callable[[Inlet], Awaitable[None]],
+        ack: Callable[[str, Message, Optional[str], bool], Awaitable[None]],
+        queue_ack: Callable[[Message], bool],
+        check_ack: Callable[[Message, Inlet], None],
+    ) -> None:
+        #: SUBSCRIBE (and wait for its receipt if the inlet wants one); the session then fills the inlet
+        self.subscribe = subscribe
+        #: UNSUBSCRIBE, bounded; the session forgets the inlet
+        self.unsubscribe = unsubscribe
+        #: ACK or NACK ``(command, message, transaction, receipt)``, waiting as needed
+        self.ack = ack
+        #: the common ACK queued at once; False if it would have to wait
+        self.queue_ack = queue_ack
+        #: raise what an ACK of the message would be refused with (stale, auto mode...), send nothing
+        self.check_ack = check_ack
 
 
 class AsyncSubscription:
@@ -59,7 +148,7 @@ class AsyncSubscription:
 
     def __init__(
         self,
-        client: "AsyncClient",
+        ops: SubscriptionOps,
         destination: str,
         ack: str,
         headers: Optional[Dict[str, Any]],
@@ -67,39 +156,25 @@ class AsyncSubscription:
         receipt: bool,
         id: Optional[str],
     ) -> None:
-        if type(buffer_size) is not int or buffer_size < 1:
-            raise ConfigurationError(f"buffer_size must be a positive int, not {buffer_size!r}")
-        self._client = client
+        self._ops = ops
+        inlet = self._inlet = Inlet(self, destination, ack, headers, buffer_size, receipt, id)
+        self._buffer = inlet.messages  # the same deque: the hot paths skip a hop
+        self._pause_at = inlet.pause_at
         self.destination = destination
         self.ack_mode = ack
-        self.headers: Dict[str, Any] = dict(headers or {})
-        #: the reader stops reading while the buffer holds this many messages
-        self._pause_at = buffer_size
-        if ack != "auto" and not any(h in self.headers for h in _PREFETCH_HEADERS):
-            for h in _PREFETCH_HEADERS:
-                self.headers[h] = str(buffer_size)
-            # The broker keeps at most buffer_size unacked messages in flight, so the
-            # buffer cannot overflow and the reader need not stop for it (receipts
-            # keep flowing while it is full); one more stays as a guard against a
-            # broker that ignores prefetch.
-            self._pause_at = buffer_size + 1
+        self.headers = inlet.headers
         self.buffer_size = buffer_size
-        self._receipt = receipt
-        self.id: Optional[str] = id
-        self._buffer: Deque[Message] = deque()
-        self._ready = anyio.Event()  # set when a message arrives or the subscription closes
-        # set() once we have room again: an anyio.Event the pull reader waits on, or the push
-        # reader's _Resume (it restarts reading)
-        self._space: Optional[Any] = None
-        self._closed = False
-        self._error: Optional[BaseException] = None
-        self._seq = 0  # messages delivered
         self._acked = 0  # client mode: every message up to this one is acknowledged
+
+    @property
+    def id(self) -> Optional[str]:
+        """The subscription id (given, or assigned by the session on SUBSCRIBE)."""
+        return self._inlet.id
 
     # -- user side ---------------------------------------------------------------
 
     async def __aenter__(self) -> "AsyncSubscription":
-        await self._client._subscribe(self)
+        await self._ops.subscribe(self._inlet)
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
@@ -112,14 +187,15 @@ class AsyncSubscription:
         buffer = self._buffer
         if buffer:
             message = buffer.popleft()
-            if self._space is not None and len(buffer) < self._pause_at:
-                self._space.set()
-                self._space = None
+            inlet = self._inlet
+            if inlet.space is not None and len(buffer) < self._pause_at:
+                inlet.space.set()
+                inlet.space = None
             return message
         try:
             return await self.receive()
         except ClientClosedError:
-            if self._error is None:
+            if self._inlet.error is None:
                 raise StopAsyncIteration from None
             raise
 
@@ -132,16 +208,17 @@ class AsyncSubscription:
                 failed (after every buffered message was handed out).
         """
         buffer = self._buffer
+        inlet = self._inlet
         while not buffer:
-            if self._closed:
+            if inlet.closed:
                 self._raise_closed()
-            if self._ready.is_set():
-                self._ready = anyio.Event()
-            await self._ready.wait()
+            if inlet.ready.is_set():
+                inlet.ready = anyio.Event()
+            await inlet.ready.wait()
         message = buffer.popleft()
-        if self._space is not None and len(buffer) < self._pause_at:
-            self._space.set()
-            self._space = None
+        if inlet.space is not None and len(buffer) < self._pause_at:
+            inlet.space.set()
+            inlet.space = None
         return message
 
     async def receive_batch(self, max_messages: int = 100) -> List[Message]:
@@ -156,9 +233,10 @@ class AsyncSubscription:
         popleft = buffer.popleft
         for _ in range(take):
             batch.append(popleft())
-        if self._space is not None and len(buffer) < self._pause_at:
-            self._space.set()
-            self._space = None
+        inlet = self._inlet
+        if inlet.space is not None and len(buffer) < self._pause_at:
+            inlet.space.set()
+            inlet.space = None
         return batch
 
     @property
@@ -168,21 +246,22 @@ class AsyncSubscription:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._inlet.closed
 
     async def aclose(self) -> None:
         """Unsubscribe (if the connection is still up) and drop the buffered messages."""
-        if self._closed:
+        inlet = self._inlet
+        if inlet.closed:
             return
         try:
-            await self._client._unsubscribe(self)
+            await self._ops.unsubscribe(inlet)
         finally:
-            self._close(None)
+            inlet.close(None)
             self._buffer.clear()
 
     def _raise_closed(self) -> None:
-        if self._error is not None:
-            raise _copy(self._error)
+        if self._inlet.error is not None:
+            raise copy_error(self._inlet.error)
         raise ClientClosedError(f"subscription {self.id!r} to {self.destination!r} is closed")
 
     # -- ack / nack (Message.ack and Message.nack land here) -----------------------
@@ -197,9 +276,9 @@ class AsyncSubscription:
             if message._seq <= self._acked:
                 return
             self._acked = message._seq
-        if not receipt and transaction is None and self._queue_ack(message):
+        if not receipt and transaction is None and self._ops.queue_ack(message):
             return
-        await self._client._ack("ACK", message, transaction, receipt)
+        await self._ops.ack("ACK", message, transaction, receipt)
 
     def ack_nowait(self, message: Message) -> bool:
         """(In the loop.) The common ACK (no receipt, no transaction) queued now; False if it must wait.
@@ -214,27 +293,11 @@ class AsyncSubscription:
         if self.ack_mode == "client":
             if message._seq <= self._acked:
                 return True
-            if not self._queue_ack(message):
+            if not self._ops.queue_ack(message):
                 return False
             self._acked = message._seq
             return True
-        return self._queue_ack(message)
-
-    def _queue_ack(self, message: Message) -> bool:
-        client = self._client
-        if (
-            client._error is None
-            and client._state == "open"
-            and client._out_bytes < client._send_buffer_bytes
-        ):  # the common ack: encode and queue, no await needed
-            data = client._protocol.ack_plain(message)
-            out = client._out  # client._queue, inlined: calling it costs ~5% of a client-ack drain
-            out.append(data)
-            client._out_bytes += len(data)
-            if len(out) == 1:
-                client._wakeup.set()
-            return True
-        return False
+        return self._ops.queue_ack(message)
 
     async def nack_message(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False) -> None:
         """Refuse ``message`` (the broker redelivers or dead-letters it); cumulative in ``client`` mode."""
@@ -242,15 +305,7 @@ class AsyncSubscription:
             if message._seq <= self._acked:
                 return
             self._acked = message._seq
-        await self._client._ack("NACK", message, transaction, receipt)
-
-    # -- reader side ---------------------------------------------------------------
-
-    def _deliver(self, message: Message) -> None:
-        self._seq += 1
-        message._seq = self._seq
-        message._owner = self
-        self._buffer.append(message)
+        await self._ops.ack("NACK", message, transaction, receipt)
 
     def check_ack(self, message: Message) -> None:
         """Raise what an ACK of ``message`` would be refused with, sending nothing.
@@ -259,18 +314,7 @@ class AsyncSubscription:
         for an ``auto`` subscription or one that is gone. The blocking client
         checks its queued acks here, in the calling thread, before queueing them.
         """
-        client = self._client
-        if (
-            message._owner is self
-            and message._session is client._protocol
-            and client._link_alive
-            and not self._closed
-            and self.ack_mode != "auto"
-            and message.ack_id is not None
-        ):
-            return  # the common case, a message of this live session (one test instead of building the ACK)
-        client._check_stale("ACK", message)
-        client._protocol._ack_headers("ACK", message, None)
+        self._ops.check_ack(message, self._inlet)
 
     def handoff(
         self, call_soon: Callable[[Callable[[], Any]], Any], loop_alive: Callable[[], bool]
@@ -284,27 +328,17 @@ class AsyncSubscription:
         ``TrioToken.run_sync_soon``); ``loop_alive()`` says whether that loop
         still runs (a thread waiting for a message checks it every second).
         """
-        handoff = ThreadHandoff(self, call_soon, loop_alive)
-        self._ready = handoff  # type: ignore[assignment]  # the reader's set() now wakes threads
+        handoff = ThreadHandoff(self._inlet, call_soon, loop_alive)
+        self._inlet.ready = handoff  # the reader's set() now wakes threads
         return handoff
 
-    def _close(self, error: Optional[BaseException]) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._error = error
-        self._ready.set()
-        if self._space is not None:
-            self._space.set()
-            self._space = None
-
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"{len(self._buffer)} buffered"
+        state = "closed" if self.closed else f"{len(self._buffer)} buffered"
         return f"<AsyncSubscription {self.id!r} to {self.destination!r} ack={self.ack_mode} {state}>"
 
 
 #: How often a thread waiting on the loop (a ThreadHandoff, the blocking client) checks that the loop still runs.
-_LOOP_CHECK_INTERVAL = 1.0
+LOOP_CHECK_INTERVAL = 1.0
 
 
 class WaitTimeout(Exception):
@@ -329,13 +363,13 @@ class ThreadHandoff:
 
     def __init__(
         self,
-        sub: AsyncSubscription,
+        sub: Inlet,
         call_soon: Callable[[Callable[[], Any]], Any],
         loop_alive: Callable[[], bool],
     ) -> None:
         self._sub = sub
         self._loop_alive = loop_alive
-        self._buffer = sub._buffer
+        self._buffer = sub.messages
         self._cond = threading.Condition(threading.Lock())
         self._waiting = 0  # threads inside wait(): only then does set() take the lock
         self._call_soon = call_soon
@@ -370,7 +404,7 @@ class ThreadHandoff:
             if waited is None:
                 return None
             message = waited
-        if self._sub._space is not None:
+        if self._sub.space is not None:
             self._reader_may_resume()
         return message
 
@@ -390,7 +424,7 @@ class ThreadHandoff:
         except BaseException:  # an interrupt (KeyboardInterrupt) mid-batch: put them back, in order
             buffer.extendleft(reversed(batch))
             raise
-        if self._sub._space is not None:
+        if self._sub.space is not None:
             self._reader_may_resume()
         return batch
 
@@ -409,9 +443,9 @@ class ThreadHandoff:
                             return buffer.popleft()
                         except IndexError:  # taken by a thread that did not wait
                             continue
-                    if sub._closed:
+                    if sub.closed:
                         break
-                    wait = _LOOP_CHECK_INTERVAL
+                    wait = LOOP_CHECK_INTERVAL
                     if deadline is not None:
                         wait = min(wait, deadline - time.monotonic())
                         if wait <= 0:
@@ -420,8 +454,8 @@ class ThreadHandoff:
                         raise ClientClosedError("the client's event loop stopped while waiting")
             finally:
                 self._waiting -= 1
-        if sub._error is not None:
-            raise _copy(sub._error)
+        if sub.error is not None:
+            raise copy_error(sub.error)
         return None
 
     def _reader_may_resume(self) -> None:
@@ -430,7 +464,7 @@ class ThreadHandoff:
         Only once the buffer is down to half its size: restarting it at the first
         free slot, as a task does for free, would cost a loop wake-up per message.
         """
-        if not self._waking and len(self._buffer) <= self._sub._pause_at // 2:
+        if not self._waking and len(self._buffer) <= self._sub.pause_at // 2:
             self._waking = True
             try:
                 self._call_soon(self._resume_reader)
@@ -441,21 +475,7 @@ class ThreadHandoff:
         """(In the loop.) Restart a reader stopped by this subscription's full buffer."""
         self._waking = False
         sub = self._sub
-        space = sub._space
-        if space is not None and len(sub._buffer) <= sub._pause_at // 2:
-            sub._space = None
+        space = sub.space
+        if space is not None and len(sub.messages) <= sub.pause_at // 2:
+            sub.space = None
             space.set()
-
-
-def _copy(error: BaseException) -> BaseException:
-    """A fresh instance of a stored error, so each waiter gets its own traceback."""
-    try:
-        reduced: Any = error.__reduce__()
-        func, args, state = reduced[:3]
-        fresh = func(*args)
-        if state:
-            fresh.__dict__.update(state)
-        fresh.__cause__ = error.__cause__
-        return fresh
-    except Exception:  # pragma: no cover - an exotic error that will not copy
-        return error

@@ -96,7 +96,8 @@ from ._options import ClientOptions
 from ._options import resolve as resolve_options
 from ._options import signature as options_signature
 from ._protocol import Message
-from ._subscription import _LOOP_CHECK_INTERVAL, DEFAULT_BUFFER_SIZE, AsyncSubscription, WaitTimeout, _copy
+from ._common import copy_error
+from ._subscription import DEFAULT_BUFFER_SIZE, LOOP_CHECK_INTERVAL, AsyncSubscription, WaitTimeout
 from .errors import (
     ClientClosedError,
     ConfigurationError,
@@ -530,7 +531,7 @@ def _settle_done(futures: Iterable[Optional[ReceiptFuture]]) -> None:
     for future in list(futures):
         if future is not None and future._receipt.done():
             error = future._receipt.error
-            future._settle(None if error is None else _copy(error))
+            future._settle(None if error is None else copy_error(error))
 
 
 async def _wait_and_settle(
@@ -625,7 +626,7 @@ class _Handover:
         """(In the waiting thread.) True once set; False after ``timeout``; ClientClosedError if the loop died."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            wait = _LOOP_CHECK_INTERVAL
+            wait = LOOP_CHECK_INTERVAL
             if deadline is not None:
                 wait = min(wait, deadline - time.monotonic())
                 if wait <= 0:
@@ -692,7 +693,7 @@ class _Outbox:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.lock:
             while self.active:
-                wait = _LOOP_CHECK_INTERVAL
+                wait = LOOP_CHECK_INTERVAL
                 if deadline is not None:
                     wait = min(wait, deadline - time.monotonic())
                     if wait <= 0:
@@ -954,7 +955,7 @@ class Client:
         """:meth:`_wait` for a task handed to ``loop`` directly: a loop that ends before running it ends the wait."""
         while True:
             try:
-                return future.result(_LOOP_CHECK_INTERVAL)
+                return future.result(LOOP_CHECK_INTERVAL)
             except concurrent.futures.CancelledError:
                 raise ClientClosedError("the client's event loop stopped while waiting") from None
             except BaseException as exc:
@@ -987,7 +988,7 @@ class Client:
             self._raise_fast_error()
         failed = self._async.error  # read across threads: set once, never cleared
         if failed is not None:
-            raise _copy(failed)
+            raise copy_error(failed)
         if type(body) is not bytes and not isinstance(body, (str, bytearray, memoryview)):
             raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
         if headers is not None or content_type is not None or type(destination) is not str \
@@ -1008,7 +1009,7 @@ class Client:
             self._raise_fast_error()
         failed = self._async.error
         if failed is not None:
-            raise _copy(failed)
+            raise copy_error(failed)
         # The refusals that need no I/O, raised here rather than by a later call:
         # a stale message, then the protocol's own (auto mode, a subscription gone).
         sub.check_ack(message)
@@ -1299,7 +1300,7 @@ class Client:
             raise handover.error
         receipt = handover.value
         if receipt is not None and receipt.error is not None:
-            raise _copy(receipt.error)
+            raise copy_error(receipt.error)
         return receipt
 
     def wait_receipts(

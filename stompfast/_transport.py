@@ -34,7 +34,7 @@ import socket
 import ssl
 import threading
 from collections import deque
-from typing import Any, Deque, Optional
+from typing import Any, Callable, Deque, Optional, Protocol
 
 import anyio
 import sniffio
@@ -42,14 +42,57 @@ from anyio.abc import ByteStream
 
 from .errors import ConnectError, ConnectionLostError, ConnectTimeout, TLSError
 
-__all__ = ["READ_SIZE", "AsyncioTransport", "Transport", "WebSocketSpec", "open_transport"]
+__all__ = [
+    "READ_SIZE", "AsyncioTransport", "PushTransport", "StompTransport", "Transport", "WebSocketSpec", "describe_error",
+    "open_transport",
+]
 
 #: Bytes asked for per read: large reads hand many frames to the scanner at once.
 READ_SIZE = 256 * 1024
 
 
+class StompTransport(Protocol):
+    """What the client needs of a connection: the pull interface every transport has.
+
+    ``receive`` returns ``b""`` at EOF; ``send`` waits while the socket is full;
+    ``try_write`` writes at once if that needs no wait (False: nothing written,
+    use ``send``); every I/O failure is a :class:`~stompfast.ConnectionLostError`.
+    """
+
+    peer: str
+    closed: bool
+
+    async def receive(self, max_bytes: int = ...) -> bytes: ...
+
+    async def send(self, data: bytes) -> None: ...
+
+    def try_write(self, data: bytes) -> bool: ...
+
+    async def aclose(self) -> None: ...
+
+
+class PushTransport(StompTransport, Protocol):
+    """A transport that can also call the client back with each chunk (asyncio: no reader task).
+
+    The client chooses push or pull once per connection (``isinstance(transport,
+    PushTransport)`` at connect time), never per read.
+    """
+
+    direct_ok: bool
+
+    def start_push(self, on_data: Callable[[bytes], Any], on_eof: Callable[[Optional[BaseException]], Any]) -> None: ...
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+    def close_now(self) -> None: ...
+
+    def write_from_thread(self, data: bytes) -> bool: ...
+
+
 class Transport:
-    """A connected byte stream with errors mapped to stompfast's."""
+    """A connected byte stream with errors mapped to stompfast's (the pull transport: trio, anyio streams)."""
 
     __slots__ = ("_stream", "peer", "closed")
 
@@ -66,7 +109,7 @@ class Transport:
         try:
             await self._stream.send(data)
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-            raise ConnectionLostError(f"connection to {self.peer} lost while sending: {_describe(exc)}") from exc
+            raise ConnectionLostError(f"connection to {self.peer} lost while sending: {describe_error(exc)}") from exc
 
     async def receive(self, max_bytes: int = READ_SIZE) -> bytes:
         """The next bytes from the broker; ``b""`` when it closed the connection."""
@@ -75,7 +118,7 @@ class Transport:
         except anyio.EndOfStream:
             return b""
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-            raise ConnectionLostError(f"connection to {self.peer} lost while reading: {_describe(exc)}") from exc
+            raise ConnectionLostError(f"connection to {self.peer} lost while reading: {describe_error(exc)}") from exc
 
     async def aclose(self) -> None:
         if self.closed:
@@ -222,7 +265,7 @@ class AsyncioTransport:
     async def send(self, data: bytes) -> None:
         protocol = self._protocol
         if protocol.eof or self._transport.is_closing():
-            raise ConnectionLostError(f"connection to {self.peer} lost while sending: {_describe(protocol.error)}")
+            raise ConnectionLostError(f"connection to {self.peer} lost while sending: {describe_error(protocol.error)}")
         with self._lock:
             if self._tail is not None:
                 data = self._tail + data
@@ -239,7 +282,7 @@ class AsyncioTransport:
             if protocol.eof:
                 if protocol.error is not None:
                     raise ConnectionLostError(
-                        f"connection to {self.peer} lost while reading: {_describe(protocol.error)}"
+                        f"connection to {self.peer} lost while reading: {describe_error(protocol.error)}"
                     ) from protocol.error
                 return b""
             protocol.reader = asyncio.get_running_loop().create_future()
@@ -467,7 +510,7 @@ async def open_transport(
                 raise TLSError(
                     f"TLS handshake with {peer} failed: the connection was reset (is this a TLS port?)"
                 ) from exc
-            raise ConnectError(f"could not connect to {peer}: {_describe(exc)}") from exc
+            raise ConnectError(f"could not connect to {peer}: {describe_error(exc)}") from exc
     try:
         with anyio.fail_after(timeout):
             if ssl_context is None:
@@ -505,7 +548,7 @@ async def open_transport(
             ) from exc
         raise ConnectError(f"{peer} closed the connection while connecting") from exc
     except OSError as exc:
-        raise ConnectError(f"could not connect to {peer}: {_describe(exc)}") from exc
+        raise ConnectError(f"could not connect to {peer}: {describe_error(exc)}") from exc
     return Transport(stream, peer)
 
 
@@ -533,13 +576,13 @@ def _tls_error(peer: str, exc: ssl.SSLError, hostname: str) -> TLSError:
             hint = f" (the name checked was {hostname!r}; server_hostname= overrides it)"
         message = f"TLS handshake with {peer} failed: the broker's certificate was refused: {verify}{hint}"
     else:
-        what = reason or _describe(exc)
+        what = reason or describe_error(exc)
         hint = " (is this a TLS port?)" if reason in ("WRONG_VERSION_NUMBER", "UNEXPECTED_EOF_WHILE_READING") else ""
         message = f"TLS handshake with {peer} failed: {what}{hint}"
     return TLSError(message, reason=reason, verify_message=verify)
 
 
-def _describe(exc: Optional[BaseException]) -> str:
+def describe_error(exc: Optional[BaseException]) -> str:
     """What went wrong, for a person: ``exc``'s ``strerror`` or message, else that of the OSError behind it.
 
     On trio, anyio raises a ``BrokenResourceError`` with no message ``from`` the

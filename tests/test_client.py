@@ -294,7 +294,7 @@ async def test_a_long_burst_of_sends_is_written_through_not_queued_to_the_buffer
     # task at the write-through mark, so it stays small; elsewhere it may fill to
     # send_buffer_bytes and then send waits for the writer. Either way nothing is
     # lost or reordered.
-    from stompfast._client import WRITE_THROUGH_BYTES
+    from stompfast._outbox import WRITE_THROUGH_BYTES
 
     limit = 1024 * 1024
     body = b"y" * 1000
@@ -328,7 +328,7 @@ async def test_a_burst_into_a_peer_that_stops_reading_waits_instead_of_queueing_
     import socket
     import threading
 
-    from stompfast._client import WRITE_THROUGH_BYTES
+    from stompfast._outbox import WRITE_THROUGH_BYTES
 
     limit = 2 * 1024 * 1024
     body = b"z" * 1000

@@ -1095,7 +1095,7 @@ def test_a_direct_wait_ends_when_the_loop_closed_before_running_the_call(monkeyp
 
     import stompfast._sync as sync_module
 
-    monkeypatch.setattr(sync_module, "_LOOP_CHECK_INTERVAL", 0.02)
+    monkeypatch.setattr(sync_module, "LOOP_CHECK_INTERVAL", 0.02)
     loop = asyncio.new_event_loop()
     loop.close()
     never: "concurrent.futures.Future[Any]" = concurrent.futures.Future()

@@ -1,0 +1,208 @@
+"""The link part of :class:`~stompfast.AsyncClient`: open one connection, CONNECT, wait for CONNECTED, install it.
+
+``_open_link`` makes a fresh :class:`~stompfast._protocol.StompProtocol` (a new
+session), opens the transport (TCP, TLS or WebSocket: :func:`open_transport`),
+sends CONNECT and waits for CONNECTED within ``connect_timeout``, turning what
+goes wrong into a ConnectError that says why (a TLS port spoken to in plain
+TCP, a broker that wants a client certificate, not a STOMP port). Then it
+installs the connection: fresh per-connection state, the reader (pull task or
+push callbacks, chosen once here), the writer and the heart-beat tasks, and on
+a reconnect the re-sent SUBSCRIBEs, confirmed before the link counts as up.
+
+A mixin of the client (see docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import ssl as _ssl
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+
+import anyio
+
+from ._config import Endpoint
+from ._protocol import Connected, ErrorReceived, StompProtocol
+from ._receipt import PendingReceipt
+from ._subscription import Inlet
+from ._transport import READ_SIZE, StompTransport, WebSocketSpec, open_transport
+from .errors import ConnectError, ConnectionLostError, ConnectTimeout, StompError, TLSError
+
+__all__ = ["Link"]
+
+
+class Link:
+    """Opening and installing one connection (a part of AsyncClient)."""
+
+    # reads (and, when a connection is installed, resets)
+    _protocol_options: Dict[str, Any]
+    _ssl_option: Union[bool, _ssl.SSLContext, None]
+    _server_hostname: Optional[str]
+    _connect_timeout: float
+    _registry_lock: Any
+    _subs: Dict[str, Inlet]
+    _protocol: StompProtocol
+    _transport: Optional[StompTransport]
+    _receipts: Dict[str, PendingReceipt]
+    _scopes: List[anyio.CancelScope]
+    _link_alive: bool
+    endpoint: Endpoint
+
+    if TYPE_CHECKING:  # provided by the client's other parts
+
+        def _attach_supervisor(self) -> None:
+            raise NotImplementedError
+
+        def _attach_outbox(self, transport: StompTransport, beat_ms: int) -> None:
+            raise NotImplementedError
+
+        def _attach_inbox(self, watch_ms: int, leftover: List[Any]) -> None:
+            raise NotImplementedError
+
+        def _link_down(self, error: BaseException) -> None:
+            raise NotImplementedError
+
+        def _background(self, coro: Any, name: str) -> None:
+            raise NotImplementedError
+
+        def _register(self, receipt_id: Optional[str]) -> PendingReceipt:
+            raise NotImplementedError
+
+        def _queue(self, data: bytes) -> None:
+            raise NotImplementedError
+
+        def _flush_now(self) -> None:
+            raise NotImplementedError
+
+        def _start_reading(self, leftover: List[Any]) -> None:
+            raise NotImplementedError
+
+        async def wait_receipts(self, receipts: Any) -> None:
+            raise NotImplementedError
+
+    def _make_protocol(self, endpoint: Endpoint) -> StompProtocol:
+        return StompProtocol(
+            host=endpoint.virtual_host, login=endpoint.login, passcode=endpoint.passcode, **self._protocol_options
+        )
+
+    def _tls(self, endpoint: Endpoint) -> Union[bool, _ssl.SSLContext]:
+        """TLS for ``endpoint``: the ``ssl=`` keyword if given, else what its URL scheme says."""
+        return endpoint.tls if self._ssl_option is None else self._ssl_option
+
+    def _ssl_context(self, endpoint: Endpoint) -> Optional[_ssl.SSLContext]:
+        """The SSL context to connect with (None: plain TCP); a default one is made per connect."""
+        tls = self._tls(endpoint)
+        if isinstance(tls, _ssl.SSLContext):
+            return tls
+        return _ssl.create_default_context() if tls else None
+
+    async def _open_link(self, endpoint: Endpoint, *, resubscribe: bool) -> None:
+        """Connect to ``endpoint``, wait for CONNECTED, start the connection's tasks.
+
+        The broker counts as up only after CONNECTED and, on a reconnect, after it
+        confirmed every re-established subscription.
+        """
+        protocol = self._make_protocol(endpoint)
+        transport: Any = None  # a Transport or an AsyncioTransport (one interface: the refactoring issue)
+        try:
+            leftover: List[Any] = []
+            websocket = None
+            if endpoint.websocket:
+                from ._websocket import subprotocols
+
+                websocket = WebSocketSpec(endpoint.path, subprotocols(protocol.versions))
+            try:
+                with anyio.fail_after(self._connect_timeout):
+                    transport = await open_transport(
+                        endpoint.host,
+                        endpoint.port,
+                        ssl_context=self._ssl_context(endpoint),
+                        server_hostname=self._server_hostname,
+                        websocket=websocket,
+                    )
+                    await transport.send(protocol.connect())
+                    leftover = await self._await_connected(transport, protocol, endpoint)
+            except TimeoutError as exc:
+                raise ConnectTimeout(
+                    f"no CONNECTED from {endpoint.host}:{endpoint.port} within {self._connect_timeout:g} s"
+                ) from exc
+            except ConnectionLostError as exc:
+                cause = exc.__cause__
+                if isinstance(cause, _ssl.SSLError):
+                    # TLS 1.3: a client certificate the broker refuses is reported after the
+                    # handshake, on the first read
+                    raise TLSError(
+                        f"{endpoint.host}:{endpoint.port} ended the TLS session before CONNECTED: {exc}"
+                        " (does the broker want a client certificate? ctx.load_cert_chain)",
+                        reason=getattr(cause, "reason", None),
+                    ) from exc
+                hint = (
+                    " (over TLS: does the broker want a client certificate? ctx.load_cert_chain)"
+                    if self._tls(endpoint)
+                    else ""
+                )
+                raise ConnectError(
+                    f"{endpoint.host}:{endpoint.port} closed the connection before CONNECTED: {exc}{hint}"
+                ) from exc
+        except BaseException:
+            if transport is not None:
+                with anyio.CancelScope(shield=True):
+                    await transport.aclose()
+            raise
+        # Install the new connection: fresh per-connection state, fresh tasks.
+        with self._registry_lock:  # (a thread sending directly sees all of it or none)
+            self._protocol = protocol
+            self._transport = transport
+            self._receipts = {}
+        self.endpoint = endpoint
+        self._scopes = []
+        # each part starts over on the new connection, and starts its tasks
+        self._attach_supervisor()
+        self._attach_outbox(transport, protocol.heart_beat[0])
+        self._attach_inbox(protocol.heart_beat[1], leftover)
+        if resubscribe and self._subs:
+            try:
+                pending = []
+                for sub in list(self._subs.values()):
+                    data, _, receipt_id = protocol.subscribe(
+                        sub.destination, ack=sub.ack_mode, headers=sub.headers, id=sub.id, receipt=True
+                    )
+                    pending.append(self._register(receipt_id))
+                    self._queue(data)
+                self._flush_now()
+                with anyio.fail_after(self._connect_timeout):
+                    await self.wait_receipts(pending)
+            except BaseException as exc:
+                # Not up after all: take the connection down again (quietly: the
+                # caller reports it as a failed attempt).
+                if self._link_alive:
+                    self._link_down(exc if isinstance(exc, StompError) else ConnectionLostError(str(exc)))
+                with anyio.CancelScope(shield=True):
+                    await transport.aclose()
+                if isinstance(exc, TimeoutError):
+                    raise ConnectTimeout(
+                        f"{endpoint.host}:{endpoint.port} did not confirm the re-established subscriptions"
+                        f" within {self._connect_timeout:g} s"
+                    ) from exc
+                raise
+
+    async def _await_connected(self, transport: Any, protocol: StompProtocol, endpoint: Endpoint) -> List[Any]:
+        while True:
+            data = await transport.receive(READ_SIZE)
+            if not data:
+                hint = "is this a STOMP port?"
+                if self._tls(endpoint) and not protocol.buffered:
+                    hint += " Over TLS, a broker that wants a client certificate closes like this: ctx.load_cert_chain"
+                raise ConnectError(
+                    f"{endpoint.host}:{endpoint.port} closed the connection before CONNECTED ({hint})"
+                )
+            if data[:1] in (b"\x15", b"\x16") and data[1:2] == b"\x03" and not protocol.buffered:
+                # a TLS record (alert or handshake) where a STOMP frame was expected
+                raise ConnectError(
+                    f"{endpoint.host}:{endpoint.port} answered with TLS: it is a TLS port"
+                    " (use a stomp+ssl:// URL or ssl=True)"
+                )
+            events = protocol.receive_data(data)
+            for i, event in enumerate(events):
+                if isinstance(event, Connected):
+                    return events[i + 1 :]
+                if isinstance(event, ErrorReceived):
+                    raise event.error

@@ -1,0 +1,122 @@
+"""Receipt: a frame's confirmation from the broker, awaited by any number of tasks or called back."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional
+
+import anyio
+
+from ._common import copy_error
+
+__all__ = ["PendingReceipt", "Receipt"]
+
+
+class Receipt:
+    """A frame's confirmation from the broker, awaited with ``await receipt``.
+
+    Many can be outstanding at once; :meth:`AsyncClient.wait_receipts` awaits a
+    group, :meth:`AsyncClient.flush` everything sent so far. Any number of tasks
+    may wait on one receipt; cancelling one waiter does not disturb the others.
+    """
+
+    __slots__ = ("receipt_id", "_done", "_error", "_waiters", "_loop", "_callbacks")
+
+    def __init__(self, receipt_id: str, loop: Any = None) -> None:
+        self.receipt_id = receipt_id
+        self._done = False
+        self._error: Optional[BaseException] = None
+        # Created only when a task actually waits: a pipelined receipt that is
+        # confirmed before anybody awaits it costs no synchronisation object.
+        # On asyncio (``loop`` given) waiters are bare loop futures, elsewhere
+        # anyio Events: an anyio.Event looks the backend up on every construction.
+        self._waiters: Optional[List[Any]] = None
+        self._loop = loop
+        self._callbacks: Optional[List[Callable[["Receipt"], Any]]] = None
+
+    def done(self) -> bool:
+        """True once the RECEIPT arrived or the wait failed."""
+        return self._done
+
+    @property
+    def error(self) -> Optional[BaseException]:
+        return self._error
+
+    async def wait(self) -> "Receipt":
+        """Wait for the RECEIPT; raise what made it impossible (ServerError, ConnectionLostError...)."""
+        if not self._done:
+            waiters = self._waiters
+            if waiters is None:
+                waiters = self._waiters = []
+            loop = self._loop
+            if loop is not None:
+                waiter = loop.create_future()
+                waiters.append(waiter)
+                try:
+                    await waiter
+                finally:
+                    if not self._done:  # cancelled: forget this waiter only
+                        waiters.remove(waiter)
+            else:
+                event = anyio.Event()
+                waiters.append(event)
+                try:
+                    await event.wait()
+                finally:
+                    if not self._done:
+                        waiters.remove(event)
+        if self._error is not None:
+            raise copy_error(self._error)
+        return self
+
+    def __await__(self) -> Any:
+        return self.wait().__await__()
+
+    def add_done_callback(self, fn: Callable[["Receipt"], Any]) -> None:
+        """Call ``fn(receipt)`` in the event loop once the receipt is done (at once if it is).
+
+        For synchronous code in the loop that cannot await (the blocking client
+        completes a thread's wait from here); ``fn`` must be quick and must not raise.
+        """
+        if self._done:
+            fn(self)
+        elif self._callbacks is None:
+            self._callbacks = [fn]
+        else:
+            self._callbacks.append(fn)
+
+    def __repr__(self) -> str:
+        state = "pending" if not self._done else ("failed" if self._error else "confirmed")
+        return f"<Receipt {self.receipt_id!r} {state}>"
+
+
+class PendingReceipt(Receipt):
+    """The client's handle on a :class:`Receipt` it registered: it alone completes it.
+
+    (Users only ever see the :class:`Receipt` interface.)
+    """
+
+    __slots__ = ()
+
+    def resolve(self) -> None:
+        """(The client, in the loop.) The RECEIPT arrived: wake the waiters, run the callbacks."""
+        if self._done:
+            return
+        self._done = True
+        if self._callbacks is not None:
+            for fn in self._callbacks:
+                fn(self)
+        waiters = self._waiters
+        if waiters:
+            if self._loop is not None:
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+            else:
+                for event in waiters:
+                    event.set()
+
+    def reject(self, error: BaseException) -> None:
+        """(The client, in the loop.) No RECEIPT can come: fail the waiters with ``error``."""
+        if not self._done:
+            self._error = error
+            self.resolve()

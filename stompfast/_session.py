@@ -1,0 +1,228 @@
+"""Session operations of :class:`~stompfast.AsyncClient`: subscribe, unsubscribe, ACK/NACK, transactions.
+
+These are what a subscription and a transaction ask of the client. They reach
+the client only through :class:`~stompfast._subscription.SubscriptionOps` and
+:class:`~stompfast._transaction.TransactionOps`, made of these methods bound:
+neither object imports or touches the client.
+
+A mixin of the client (see docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Set, Union
+
+import anyio
+
+from ._common import body_bytes, log
+from ._protocol import Message, SessionState, StompProtocol
+from ._receipt import PendingReceipt
+from ._subscription import DEFAULT_BUFFER_SIZE, AsyncSubscription, Inlet, SubscriptionOps
+from ._transaction import AsyncTransaction, SessionTransaction, TransactionOps
+from .errors import StaleMessageError, StompError
+
+__all__ = ["Session"]
+
+
+class Session:
+    """Subscriptions, acknowledgements and transactions on the current session (a part of AsyncClient)."""
+
+    # owns
+    _subs: Dict[str, Inlet]
+    _transactions: Set[SessionTransaction]
+    _sub_ops: SubscriptionOps
+    _tx_ops: TransactionOps
+    # reads
+    _protocol: StompProtocol
+    _error: Optional[BaseException]
+    _state: str
+    _link_alive: bool
+    _disconnect_timeout: float
+
+    if TYPE_CHECKING:  # provided by the client's other parts
+
+        async def _ensure_open(self) -> None:
+            raise NotImplementedError
+
+        def _check_open(self) -> None:
+            raise NotImplementedError
+
+        def _register(self, receipt_id: Optional[str]) -> PendingReceipt:
+            raise NotImplementedError
+
+        def _queue(self, data: bytes) -> None:
+            raise NotImplementedError
+
+        async def _write(self, data: bytes) -> None:
+            raise NotImplementedError
+
+        def _flush_now(self) -> None:
+            raise NotImplementedError
+
+        def _queue_ack(self, message: Message) -> bool:
+            raise NotImplementedError
+
+    def _make_ops(self) -> None:
+        """The narrow interfaces handed to subscriptions and transactions (once, at construction)."""
+        self._sub_ops = SubscriptionOps(self._subscribe, self._unsubscribe, self._ack, self._queue_ack,
+                                        self._check_ack)
+        self._tx_ops = TransactionOps(self._tx_begin, self._tx_send, self._tx_commit, self._tx_abort)
+
+    def subscribe(
+        self,
+        destination: str,
+        *,
+        ack: str = "auto",
+        headers: Optional[Mapping[str, Any]] = None,
+        buffer_size: int = DEFAULT_BUFFER_SIZE,
+        receipt: bool = True,
+        id: Optional[str] = None,
+    ) -> AsyncSubscription:
+        """A subscription to ``destination``, used as ``async with client.subscribe(...) as sub:``.
+
+        Args:
+            ack: ``"auto"``, ``"client"`` (cumulative acks) or ``"client-individual"``.
+            headers: extra SUBSCRIBE headers, passed through (``selector``,
+                ``prefetch-count``, ``activemq.prefetchSize``, ``durable``, ...).
+            buffer_size: messages buffered before the reader stops reading; in the
+                client modes also the broker prefetch asked for, unless ``headers``
+                set one.
+            receipt: wait for the broker to confirm the subscription on entry
+                (errors such as a refused destination surface there).
+            id: the subscription id (default: a counter).
+        """
+        headers = dict(headers) if headers else None
+        return AsyncSubscription(self._sub_ops, destination, ack, headers, buffer_size, receipt, id)
+
+    async def _subscribe(self, sub: Inlet) -> None:
+        await self._ensure_open()
+        data, sub_id, receipt_id = self._protocol.subscribe(
+            sub.destination, ack=sub.ack_mode, headers=sub.headers, id=sub.id, receipt=sub.wants_receipt
+        )
+        sub.id = sub_id
+        self._subs[sub_id] = sub
+        try:
+            pending = self._register(receipt_id) if receipt_id is not None else None
+            await self._write(data)
+            if pending is not None:
+                await pending.wait()
+        except BaseException:
+            # Refused or interrupted (a timeout): withdraw it, so that it is neither
+            # left running on the broker nor re-established after a reconnect.
+            if self._subs.get(sub_id) is sub:
+                del self._subs[sub_id]
+                if self._link_alive and self._error is None and self._protocol.state is SessionState.CONNECTED:
+                    try:
+                        data, _ = self._protocol.unsubscribe(sub_id)
+                        self._queue(data)
+                    except StompError:
+                        pass
+            raise
+
+    async def _unsubscribe(self, sub: Inlet) -> None:
+        if sub.id is None or self._subs.get(sub.id) is not sub:
+            return
+        del self._subs[sub.id]
+        if self._error is None and self._state == "open" and self._protocol.state is SessionState.CONNECTED:
+            data, _ = self._protocol.unsubscribe(sub.id)
+            # Bounded like DISCONNECT: a broker that stops reading (TCP flow control)
+            # must not hold the caller here; the subscription is gone locally anyway.
+            with anyio.move_on_after(self._disconnect_timeout):
+                await self._write(data)
+                return
+            log.debug("stompfast: UNSUBSCRIBE %r not queued within %g s", sub.id, self._disconnect_timeout)
+
+    def _check_stale(self, command: str, message: Message) -> None:
+        """Refuse an ACK/NACK of a message delivered on a connection that is gone (or going).
+
+        During a reconnect the failed connection's protocol is still the current
+        one, so the session test alone would let the ack through to
+        ``_check_open`` and a ConnectionLostError; the broker redelivers the
+        message, so it is stale either way and never sent on another connection.
+        """
+        if (message._session is not self._protocol or not self._link_alive) and self._error is None:
+            raise StaleMessageError(
+                f"message {message.message_id!r} was delivered on a connection that was lost; the broker"
+                f" redelivers unacknowledged messages, so this {command} was not sent"
+            )
+
+    async def _ack(self, command: str, message: Message, transaction: Optional[str], receipt: bool) -> None:
+        self._check_stale(command, message)
+        if self._state != "reconnecting" or self._error is not None:
+            self._check_open()
+        # else: the message came on the new connection while it confirms the
+        # re-established subscriptions (a broker may deliver first): it is live, so
+        # the ACK goes out on it; only a lost connection's messages are stale.
+        if command == "ACK":
+            data, receipt_id = self._protocol.ack(message, transaction=transaction, receipt=receipt)
+        else:
+            data, receipt_id = self._protocol.nack(message, transaction=transaction, receipt=receipt)
+        if receipt_id is None:
+            await self._write(data)
+            return
+        pending = self._register(receipt_id)
+        await self._write(data)
+        self._flush_now()
+        await pending.wait()
+
+    async def ack(self, message: Message, *, receipt: bool = False) -> None:
+        """Acknowledge ``message`` (same as ``await message.ack()``)."""
+        await Message.ack(message, receipt=receipt)  # (the async ack, whatever subclass the message is)
+
+    async def nack(self, message: Message, *, receipt: bool = False) -> None:
+        """Refuse ``message`` (same as ``await message.nack()``; STOMP 1.1+)."""
+        await Message.nack(message, receipt=receipt)
+
+    def transaction(self, *, receipt: bool = True) -> "AsyncTransaction":
+        """A transaction: ``async with client.transaction() as tx:``.
+
+        BEGIN on entry; COMMIT on normal exit (confirmed by a receipt unless
+        ``receipt=False``); ABORT on an exception or cancellation.
+        """
+        return SessionTransaction(self._tx_ops, receipt)
+
+    def _check_ack(self, message: Message, inlet: Inlet) -> None:
+        if (
+            message._owner is inlet.owner
+            and message._session is self._protocol
+            and self._link_alive
+            and not inlet.closed
+            and inlet.ack_mode != "auto"
+            and message.ack_id is not None
+        ):
+            return  # the common case, a message of this live session (one test instead of building the ACK)
+        self._check_stale("ACK", message)
+        self._protocol.check_ack(message)
+
+    # -- transactions (TransactionOps) ----------------------------------------------
+
+    async def _tx_begin(self, tx: AsyncTransaction) -> str:
+        await self._ensure_open()
+        data, tx_id, _ = self._protocol.begin()
+        await self._write(data)
+        if isinstance(tx, SessionTransaction):  # (always: this client made it)
+            self._transactions.add(tx)
+        return tx_id
+
+    async def _tx_send(self, tx_id: str, destination: str, body: Union[bytes, str], headers: Any,
+                       content_type: Optional[str]) -> None:
+        self._check_open()
+        body, content_type = body_bytes(body, content_type)
+        data, _ = self._protocol.send(destination, body, headers, content_type=content_type, transaction=tx_id)
+        await self._write(data)
+
+    async def _tx_commit(self, tx: AsyncTransaction, tx_id: str, receipt: bool) -> None:
+        self._transactions.discard(tx)
+        self._check_open()
+        data, receipt_id = self._protocol.commit(tx_id, receipt=receipt)
+        pending = self._register(receipt_id) if receipt_id is not None else None
+        await self._write(data)
+        if pending is not None:
+            await pending.wait()
+
+    async def _tx_abort(self, tx: AsyncTransaction, tx_id: str, lost: bool) -> None:
+        self._transactions.discard(tx)
+        if lost or self._error is not None or self._state != "open":
+            return  # the session is gone: the broker aborted it already
+        data, _ = self._protocol.abort(tx_id)
+        await self._write(data)
