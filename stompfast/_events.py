@@ -75,10 +75,20 @@ class Message:
     message came through (they are awaitable on the async client).
     """
 
-    # _sync: the blocking client's subscription, set only on the messages it hands
-    # out (re-classed as its SyncMessage, whose layout must match this one's)
-    __slots__ = ("frame", "subscription", "message_id", "ack_id", "_session", "_owner", "_seq", "_sync", "__weakref__")
-    _sync: Any  # (a slot, never set by __init__: only on what the blocking client hands out)
+    # The client's bookkeeping, public so that its modules can share it (not user API):
+    # session: the StompProtocol the message was delivered on (an ACK on a later one is stale);
+    # owner: the subscription that acks it; seq: its delivery number on that subscription;
+    # sync: the blocking client's subscription, set only on the messages it hands out
+    # (re-classed as its SyncMessage, whose layout must match this one's).
+    __slots__ = ("frame", "subscription", "message_id", "ack_id", "session", "owner", "seq", "sync", "__weakref__")
+    sync: Any  # (a slot, never set by __init__: only on what the blocking client hands out)
+    # Transitional: the former names of those four slots, for the modules not yet moved to
+    # the new ones. They are the same slot descriptors (set below the class), so they cost
+    # nothing; delete them once tests/test_private_names.py passes for every module.
+    _session: Any
+    _owner: Any
+    _seq: Any  # (Any: mypy would refuse to assign a typed name missing from __slots__)
+    _sync: Any
 
     def __init__(
         self, frame: Frame, subscription: str, message_id: Optional[str], ack_id: Optional[str], session: Any
@@ -89,9 +99,9 @@ class Message:
         self.message_id = message_id
         #: what an ACK or NACK must name: the ``ack`` header on 1.2, the message-id before
         self.ack_id = ack_id
-        self._session = session
-        self._owner: Any = None
-        self._seq = 0
+        self.session = session
+        self.owner: Any = None
+        self.seq = 0
 
     @property
     def body(self) -> bytes:
@@ -120,7 +130,7 @@ class Message:
 
     def ack(self, *, transaction: Optional[str] = None, receipt: bool = False) -> Awaitable[None]:
         """Acknowledge the message: ``await msg.ack()`` (the blocking client's SyncMessage: ``msg.ack()``)."""
-        owner = self._owner
+        owner = self.owner
         if owner is None:
             raise LocalProtocolError("this message is not attached to a subscription that can ack it")
         done: Awaitable[None]
@@ -132,9 +142,9 @@ class Message:
 
     def nack(self, *, transaction: Optional[str] = None, receipt: bool = False) -> Awaitable[None]:
         """Refuse the message (STOMP 1.1+): ``await msg.nack()`` (SyncMessage: ``msg.nack()``)."""
-        if self._owner is None:
+        if self.owner is None:
             raise LocalProtocolError("this message is not attached to a subscription that can nack it")
-        done: Awaitable[None] = self._owner.nack_message(self, transaction=transaction, receipt=receipt)
+        done: Awaitable[None] = self.owner.nack_message(self, transaction=transaction, receipt=receipt)
         return done
 
     def __repr__(self) -> str:
@@ -142,5 +152,9 @@ class Message:
         shown = body if len(body) <= 40 else body[:40] + b"..."
         return f"<Message {self.message_id!r} on {self.destination!r} via {self.subscription!r}: {shown!r}>"
 
+
+for _name in ("session", "owner", "seq", "sync"):  # the transitional old names (see the class)
+    setattr(Message, "_" + _name, Message.__dict__[_name])
+del _name
 
 Event = Union[Connected, Message, ReceiptReceived, ErrorReceived]

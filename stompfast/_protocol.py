@@ -486,8 +486,14 @@ class StompProtocol:
     def ack_mode(self, subscription: str) -> Optional[str]:
         return self._subscriptions.get(subscription)
 
-    def _ack_headers(self, command: str, message: Message, transaction: Optional[str]) -> Dict[str, str]:
-        if message._session is not self:
+    def ack_headers(self, command: str, message: Message, transaction: Optional[str]) -> Dict[str, str]:
+        """The headers of an ACK or NACK (``command``) of ``message``, or what refuses it.
+
+        StaleMessageError for a message of another session, LocalProtocolError for a
+        subscription that is gone or in ``auto`` mode or a transaction not open,
+        RemoteProtocolError for a message without the id header the ACK must name.
+        """
+        if message.session is not self:
             raise StaleMessageError(
                 f"message {message.message_id!r} was delivered on an earlier session; the broker redelivers"
                 " unacknowledged messages of a lost session, so this " + command + " was not sent"
@@ -517,6 +523,8 @@ class StompProtocol:
             h["transaction"] = transaction
         return h
 
+    _ack_headers = ack_headers  # transitional: the former name, until _subscription.py uses the new one
+
     def ack(
         self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False
     ) -> Tuple[bytes, Optional[str]]:
@@ -528,7 +536,7 @@ class StompProtocol:
         """
         if "ACK" not in self._allowed:
             self._check("ACK")
-        h = self._ack_headers("ACK", message, transaction)
+        h = self.ack_headers("ACK", message, transaction)
         receipt_id = self._finish(h, receipt)
         return self._encode("ACK", h), receipt_id
 
@@ -540,7 +548,7 @@ class StompProtocol:
         """
         if (
             self._ack_header
-            and message._session is self
+            and message.session is self
             and "ACK" in self._allowed
             and self._subscriptions.get(message.subscription, "auto") != "auto"
         ):
@@ -558,7 +566,7 @@ class StompProtocol:
         self._check("NACK")
         if self.version == "1.0":
             raise LocalProtocolError("NACK does not exist in STOMP 1.0; this session is 1.0")
-        h = self._ack_headers("NACK", message, transaction)
+        h = self.ack_headers("NACK", message, transaction)
         receipt_id = self._finish(h, receipt)
         return self._encode("NACK", h), receipt_id
 
