@@ -78,13 +78,13 @@ import struct
 import threading
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 from anyio.abc import SocketAttribute
 
-from . import _threaded
+from ._threaded import RunsInThread
 
 log = logging.getLogger("stompfast.testing")
 
@@ -387,7 +387,7 @@ def _target(target: Union[str, Tuple[str, int]]) -> Tuple[str, int]:
     return name.strip("[]"), int(number)
 
 
-class FaultProxy:
+class FaultProxy(RunsInThread):
     """A TCP proxy between a client and a broker that injects network faults on demand.
 
     ``async with FaultProxy("127.0.0.1:61613") as proxy:`` listens on an
@@ -444,8 +444,6 @@ class FaultProxy:
         self._port: Optional[int] = None
         self._listener: Any = None
         self._tg: Any = None
-        self._loop_thread: Optional[int] = None
-        self._portal: Any = None
         self._started = False
         self._links: Dict[_Link, None] = {}
         self._numbers = 0
@@ -495,10 +493,7 @@ class FaultProxy:
         Methods called from other threads run in the proxy's loop. The proxy
         stops when the block exits.
         """
-        yield from _threaded.run_in_thread(cls(*args, **kwargs), backend, backend_options)
-
-    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return _threaded.call(self, fn, *args)
+        yield from cls._run_in_thread(cls(*args, **kwargs), backend, backend_options)
 
     # ------------------------------------------------------------------ addresses
 
