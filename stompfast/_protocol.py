@@ -16,14 +16,17 @@ counter is cheaper than a uuid and unique within a connection, which is all
 STOMP asks). Heart-beat arithmetic is here too; the time itself is passed in by
 the caller (seconds, any monotonic clock).
 
-Nothing here imports anyio, asyncio, socket or time: a test enforces it.
+The events it returns (:class:`Connected`, :class:`Message`, :class:`ReceiptReceived`,
+:class:`ErrorReceived`) are defined in ``_events.py`` and importable from here too.
+Nothing here or there imports anyio, asyncio, socket or time: a test enforces it.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Any, Awaitable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from ._events import Connected, ErrorReceived, Event, Message, ReceiptReceived
 from ._scanner import FrameScanner, encode_frame
 from .errors import (
     AuthenticationError,
@@ -109,143 +112,9 @@ _ALLOWED: Dict[SessionState, frozenset] = {
 _SEND_HEADS_MAX = 1024
 
 
-# -- events -------------------------------------------------------------------------
-
-
-class Connected:
-    """The broker accepted the session (a CONNECTED frame)."""
-
-    __slots__ = ("version", "server", "session", "heart_beat", "headers")
-
-    def __init__(
-        self, version: str, server: Optional[str], session: Optional[str], heart_beat: Tuple[int, int],
-        headers: Mapping[str, str],
-    ) -> None:
-        self.version = version
-        self.server = server
-        self.session = session
-        #: negotiated ``(send_ms, receive_ms)``: how often we must send, how often the broker will
-        self.heart_beat = heart_beat
-        self.headers = headers
-
-    def __repr__(self) -> str:
-        return f"Connected(version={self.version!r}, server={self.server!r}, heart_beat={self.heart_beat})"
-
-
-class ReceiptReceived:
-    """The broker confirmed the frame that carried ``receipt_id``."""
-
-    __slots__ = ("receipt_id",)
-
-    def __init__(self, receipt_id: str) -> None:
-        self.receipt_id = receipt_id
-
-    def __repr__(self) -> str:
-        return f"ReceiptReceived({self.receipt_id!r})"
-
-
-class ErrorReceived:
-    """The broker sent an ERROR frame; ``error`` is the exception to raise for it.
-
-    STOMP: "the server MUST then close the connection just after sending the
-    ERROR frame", so the session is failed after this event.
-    """
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: ServerError) -> None:
-        self.error = error
-
-    @property
-    def receipt_id(self) -> Optional[str]:
-        return self.error.receipt_id
-
-    def __repr__(self) -> str:
-        return f"ErrorReceived({self.error!r})"
-
-
 def _escape_12(value: str) -> str:
     """A header value escaped by STOMP 1.2's rules (backslash first, so added ones stay single)."""
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace(":", "\\c")
-
-
-class Message:
-    """A MESSAGE delivered to a subscription.
-
-    ``body`` is the bytes as received (never decoded or altered); ``text``
-    decodes it as UTF-8. ``ack()`` and ``nack()`` are provided by the client the
-    message came through (they are awaitable on the async client).
-    """
-
-    # _sync: the blocking client's subscription, set only on the messages it hands
-    # out (re-classed as its SyncMessage, whose layout must match this one's)
-    __slots__ = ("frame", "subscription", "message_id", "ack_id", "_session", "_owner", "_seq", "_sync", "__weakref__")
-    _sync: Any  # (a slot, never set by __init__: only on what the blocking client hands out)
-
-    def __init__(
-        self, frame: Frame, subscription: str, message_id: Optional[str], ack_id: Optional[str], session: Any
-    ) -> None:
-        self.frame = frame
-        #: the id of the subscription the message came through
-        self.subscription = subscription
-        self.message_id = message_id
-        #: what an ACK or NACK must name: the ``ack`` header on 1.2, the message-id before
-        self.ack_id = ack_id
-        self._session = session
-        self._owner: Any = None
-        self._seq = 0
-
-    @property
-    def body(self) -> bytes:
-        return self.frame[2]
-
-    @property
-    def headers(self) -> Mapping[str, str]:
-        return self.frame.headers
-
-    @property
-    def destination(self) -> Optional[str]:
-        return self.frame[1].get("destination")
-
-    @property
-    def content_type(self) -> Optional[str]:
-        return self.frame[1].get("content-type")
-
-    @property
-    def redelivered(self) -> bool:
-        """True when the broker says it delivered this message before (``redelivered:true``)."""
-        return self.frame[1].get("redelivered") == "true"
-
-    @property
-    def text(self) -> str:
-        return self.frame[2].decode("utf-8")
-
-    def ack(self, *, transaction: Optional[str] = None, receipt: bool = False) -> Awaitable[None]:
-        """Acknowledge the message: ``await msg.ack()`` (the blocking client's SyncMessage: ``msg.ack()``)."""
-        owner = self._owner
-        if owner is None:
-            raise LocalProtocolError("this message is not attached to a subscription that can ack it")
-        done: Awaitable[None]
-        if transaction is None and not receipt:
-            done = owner.ack_message(self)
-        else:
-            done = owner.ack_message(self, transaction=transaction, receipt=receipt)
-        return done
-
-    def nack(self, *, transaction: Optional[str] = None, receipt: bool = False) -> Awaitable[None]:
-        """Refuse the message (STOMP 1.1+): ``await msg.nack()`` (SyncMessage: ``msg.nack()``)."""
-        if self._owner is None:
-            raise LocalProtocolError("this message is not attached to a subscription that can nack it")
-        done: Awaitable[None] = self._owner.nack_message(self, transaction=transaction, receipt=receipt)
-        return done
-
-    def __repr__(self) -> str:
-        body = self.frame[2]
-        shown = body if len(body) <= 40 else body[:40] + b"..."
-        return f"<Message {self.message_id!r} on {self.destination!r} via {self.subscription!r}: {shown!r}>"
-
-
-Event = Union[Connected, Message, ReceiptReceived, ErrorReceived]
 
 
 # -- arithmetic -----------------------------------------------------------------------
@@ -618,11 +487,17 @@ class StompProtocol:
         return self._subscriptions.get(subscription)
 
     def check_ack(self, message: Message) -> None:
-        """Raise what an ACK of ``message`` would be refused with on this session (LocalProtocolError); send nothing."""
-        self._ack_headers("ACK", message, None)
+        """Raise what an ACK of ``message`` would be refused with on this session; send nothing."""
+        self.ack_headers("ACK", message, None)
 
-    def _ack_headers(self, command: str, message: Message, transaction: Optional[str]) -> Dict[str, str]:
-        if message._session is not self:
+    def ack_headers(self, command: str, message: Message, transaction: Optional[str]) -> Dict[str, str]:
+        """The headers of an ACK or NACK (``command``) of ``message``, or what refuses it.
+
+        StaleMessageError for a message of another session, LocalProtocolError for a
+        subscription that is gone or in ``auto`` mode or a transaction not open,
+        RemoteProtocolError for a message without the id header the ACK must name.
+        """
+        if message.session is not self:
             raise StaleMessageError(
                 f"message {message.message_id!r} was delivered on an earlier session; the broker redelivers"
                 " unacknowledged messages of a lost session, so this " + command + " was not sent"
@@ -652,6 +527,8 @@ class StompProtocol:
             h["transaction"] = transaction
         return h
 
+    _ack_headers = ack_headers  # transitional: the former name, until _subscription.py uses the new one
+
     def ack(
         self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False
     ) -> Tuple[bytes, Optional[str]]:
@@ -663,7 +540,7 @@ class StompProtocol:
         """
         if "ACK" not in self._allowed:
             self._check("ACK")
-        h = self._ack_headers("ACK", message, transaction)
+        h = self.ack_headers("ACK", message, transaction)
         receipt_id = self._finish(h, receipt)
         return self._encode("ACK", h), receipt_id
 
@@ -675,7 +552,7 @@ class StompProtocol:
         """
         if (
             self._ack_header
-            and message._session is self
+            and message.session is self
             and "ACK" in self._allowed
             and self._subscriptions.get(message.subscription, "auto") != "auto"
         ):
@@ -693,7 +570,7 @@ class StompProtocol:
         self._check("NACK")
         if self.version == "1.0":
             raise LocalProtocolError("NACK does not exist in STOMP 1.0; this session is 1.0")
-        h = self._ack_headers("NACK", message, transaction)
+        h = self.ack_headers("NACK", message, transaction)
         receipt_id = self._finish(h, receipt)
         return self._encode("NACK", h), receipt_id
 

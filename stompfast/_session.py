@@ -140,7 +140,7 @@ class Session:
         ``_check_open`` and a ConnectionLostError; the broker redelivers the
         message, so it is stale either way and never sent on another connection.
         """
-        if (message._session is not self._protocol or not self._link_alive) and self._error is None:
+        if (message.session is not self._protocol or not self._link_alive) and self._error is None:
             raise StaleMessageError(
                 f"message {message.message_id!r} was delivered on a connection that was lost; the broker"
                 f" redelivers unacknowledged messages, so this {command} was not sent"
@@ -183,8 +183,8 @@ class Session:
 
     def _check_ack(self, message: Message, inlet: Inlet) -> None:
         if (
-            message._owner is inlet.owner
-            and message._session is self._protocol
+            message.owner is inlet.owner
+            and message.session is self._protocol
             and self._link_alive
             and not inlet.closed
             and inlet.ack_mode != "auto"

@@ -92,8 +92,8 @@ class Inlet:
     def deliver(self, message: Message) -> None:
         """(The reader.) One more message for this subscription."""
         self.seq += 1
-        message._seq = self.seq
-        message._owner = self.owner
+        message.seq = self.seq
+        message.owner = self.owner
         self.messages.append(message)
 
     def close(self, error: Optional[BaseException]) -> None:
@@ -273,9 +273,9 @@ class AsyncSubscription:
         message that an acknowledgement of a later one already covered is a no-op.
         """
         if self.ack_mode == "client":
-            if message._seq <= self._acked:
+            if message.seq <= self._acked:
                 return
-            self._acked = message._seq
+            self._acked = message.seq
         if not receipt and transaction is None and self._ops.queue_ack(message):
             return
         await self._ops.ack("ACK", message, transaction, receipt)
@@ -291,20 +291,20 @@ class AsyncSubscription:
         For callers that cannot await per message (the blocking client's writer).
         """
         if self.ack_mode == "client":
-            if message._seq <= self._acked:
+            if message.seq <= self._acked:
                 return True
             if not self._ops.queue_ack(message):
                 return False
-            self._acked = message._seq
+            self._acked = message.seq
             return True
         return self._ops.queue_ack(message)
 
     async def nack_message(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False) -> None:
         """Refuse ``message`` (the broker redelivers or dead-letters it); cumulative in ``client`` mode."""
         if self.ack_mode == "client":
-            if message._seq <= self._acked:
+            if message.seq <= self._acked:
                 return
-            self._acked = message._seq
+            self._acked = message.seq
         await self._ops.ack("NACK", message, transaction, receipt)
 
     def check_ack(self, message: Message) -> None:

@@ -453,13 +453,13 @@ async def _open_asyncio_ws(
     server_hostname: Optional[str],
     ws: WebSocketSpec,
 ) -> AsyncioTransport:
-    from ._websocket import WebSocketLayer, _request, _url
+    from ._websocket import WebSocketLayer, opening_request, ws_url
 
     loop = asyncio.get_running_loop()
     tls = ssl_context is not None
-    wsconn, request = _request(host, port, ws.path, ws.subprotocols, tls)
+    wsconn, request = opening_request(host, port, ws.path, ws.subprotocols, tls)
     protocol = _Protocol()
-    layer = WebSocketLayer(protocol, wsconn, request, _url(host, port, ws.path, tls), loop)
+    layer = WebSocketLayer(protocol, wsconn, request, ws_url(host, port, ws.path, tls), loop)
     kwargs: Any = {"ssl": ssl_context, "server_hostname": server_hostname or host} if tls else {}
     raw, _ = await loop.create_connection(lambda: layer, host, port, **kwargs)
     try:

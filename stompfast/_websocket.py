@@ -36,7 +36,9 @@ from anyio.abc import ByteStream
 
 from .errors import ConfigurationError, ConnectError
 
-__all__ = ["SUBPROTOCOLS", "WebSocketLayer", "WebSocketStream", "require_wsproto", "subprotocols"]
+__all__ = [
+    "SUBPROTOCOLS", "WebSocketLayer", "WebSocketStream", "opening_request", "require_wsproto", "subprotocols", "ws_url",
+]
 
 #: STOMP version -> WebSocket subprotocol name (the STOMP 1.2 spec's registry)
 SUBPROTOCOLS = {"1.2": "v12.stomp", "1.1": "v11.stomp", "1.0": "v10.stomp"}
@@ -62,7 +64,8 @@ def subprotocols(versions: Iterable[str]) -> List[str]:
     return [SUBPROTOCOLS[v] for v in ("1.2", "1.1", "1.0") if v in offered]
 
 
-def _request(host: str, port: int, path: str, protocols: List[str], tls: bool) -> Any:
+def opening_request(host: str, port: int, path: str, protocols: List[str], tls: bool) -> Any:
+    """A client wsproto connection and the bytes of its opening handshake: ``(connection, request)``."""
     wsproto = require_wsproto()
     from wsproto.events import Request
 
@@ -74,9 +77,15 @@ def _request(host: str, port: int, path: str, protocols: List[str], tls: bool) -
     return ws, ws.send(Request(host=authority, target=path, subprotocols=protocols))
 
 
-def _url(host: str, port: int, path: str, tls: bool) -> str:
+def ws_url(host: str, port: int, path: str, tls: bool) -> str:
+    """The ``ws://`` (``wss://`` with TLS) URL of the endpoint, as error messages name it."""
     authority = f"[{host}]" if ":" in host else host
     return f"{'wss' if tls else 'ws'}://{authority}:{port}{path}"
+
+
+# transitional: the former names, until _transport.py imports the new ones
+_request = opening_request
+_url = ws_url
 
 
 class _Handshake:
@@ -331,8 +340,8 @@ class WebSocketStream(ByteStream):
         cls, stream: ByteStream, host: str, port: int, path: str, protocols: List[str], tls: bool
     ) -> "WebSocketStream":
         """Upgrade ``stream``; raises ConnectError when the server refuses."""
-        url = _url(host, port, path, tls)
-        ws, request = _request(host, port, path, protocols, tls)
+        url = ws_url(host, port, path, tls)
+        ws, request = opening_request(host, port, path, protocols, tls)
         handshake = _Handshake(ws, url)
         await stream.send(request)
         while True:

@@ -55,7 +55,7 @@ def impl(request: pytest.FixtureRequest):
     return load_impl(request.param)
 
 
-# Every async test runs on asyncio, asyncio with uvloop, and trio (DESIGN rule 13).
+# Every async test runs on asyncio, asyncio with uvloop, and trio.
 ANYIO_BACKENDS = [
     pytest.param(("asyncio", {}), id="asyncio"),
     pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio-uvloop"),

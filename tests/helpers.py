@@ -1,8 +1,8 @@
 """Shared test helpers: load either scanner, and feed an input every way it can be cut.
 
-DESIGN rule 5: every scanner test input is fed whole, byte by byte and split at every
-point, and all the ways must give the same result. :func:`feed_all_ways` does that and
-returns the one result, so a test asserts exact expected values once.
+Every scanner test input is fed whole, byte by byte and split at every point, and all
+the ways must give the same result. :func:`feed_all_ways` does that and returns the
+one result, so a test asserts exact expected values once.
 """
 
 from __future__ import annotations

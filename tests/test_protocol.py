@@ -7,6 +7,7 @@ import pathlib
 
 import pytest
 
+import stompfast._events as events_module
 import stompfast._protocol as protocol_module
 from stompfast import Frame, FrameScanner, encode_frame
 from stompfast._protocol import (
@@ -30,9 +31,10 @@ from stompfast.errors import (
 )
 
 
-def test_protocol_core_imports_no_io():
-    # DESIGN: "The protocol core never imports anyio, asyncio, socket or time"
-    tree = ast.parse(pathlib.Path(protocol_module.__file__).read_text())
+@pytest.mark.parametrize("module", [protocol_module, events_module], ids=["_protocol", "_events"])
+def test_protocol_core_imports_no_io(module):
+    # the protocol core is sans-I/O: it never imports anyio, asyncio, socket or time
+    tree = ast.parse(pathlib.Path(module.__file__).read_text())
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

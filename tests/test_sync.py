@@ -3,7 +3,7 @@
 Every test that talks to the broker runs with the client's own event loop on
 asyncio, asyncio+uvloop and trio (the ``backend`` fixture). The parity test at
 the end proves that the sync classes mirror the async ones, parameter by
-parameter (DESIGN rule 11).
+parameter.
 """
 
 from __future__ import annotations

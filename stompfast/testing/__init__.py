@@ -41,11 +41,12 @@ from typing import TYPE_CHECKING, Any
 __all__ = ["Broker", "BrokerStats", "FaultProxy", "ProxyStats", "Trigger"]
 
 _MODULES = {"Broker": "_broker", "BrokerStats": "_broker", "FaultProxy": "_proxy", "ProxyStats": "_proxy",
-            "Trigger": "_proxy"}
+            "Trigger": "_faults"}
 
 if TYPE_CHECKING:
     from ._broker import Broker, BrokerStats
-    from ._proxy import FaultProxy, ProxyStats, Trigger
+    from ._faults import Trigger
+    from ._proxy import FaultProxy, ProxyStats
 
 
 def __getattr__(name: str) -> Any:

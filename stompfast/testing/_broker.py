@@ -111,7 +111,7 @@ from anyio.abc import SocketAttribute
 from anyio.streams.tls import TLSListener
 
 from .. import __version__
-from . import _threaded
+from ._threaded import RunsInThread
 from .._protocol import MAX_HEART_BEAT_MS
 from .._scanner import FrameScanner, encode_frame
 from ..errors import LimitExceededError, LocalProtocolError, RemoteProtocolError
@@ -322,25 +322,32 @@ def _parse_heart_beat(value: Optional[str]) -> Tuple[int, int]:
     return cx, cy
 
 
+async def _aclose(stream: Any) -> None:
+    """Close ``stream`` quietly, shielded from cancellation and bounded (1 s)."""
+    with anyio.move_on_after(1, shield=True):
+        with contextlib.suppress(Exception):
+            await stream.aclose()
+
+
 class _TLSListener(TLSListener):
     """anyio's TLS listener, counting failed handshakes instead of logging them as errors."""
 
-    def __init__(self, listener: Any, ssl_context: Any, broker: "Broker") -> None:
+    def __init__(self, listener: Any, ssl_context: Any, counts: Counter) -> None:
         # brokers close without close_notify, and so may this one's clients
         super().__init__(listener, ssl_context, standard_compatible=False, handshake_timeout=10)
-        self._broker = broker
+        self._counts = counts  # the broker's counters
 
     async def handle_handshake_error(  # type: ignore[override]  # (a staticmethod in anyio; ours counts)
         self, exc: BaseException, stream: Any
     ) -> None:
-        self._broker._counts["tls_handshake_failed"] += 1
+        self._counts["tls_handshake_failed"] += 1
         log.debug("stompfast.testing: TLS handshake failed: %r", exc)
-        await Broker._aclose(stream)
+        await _aclose(stream)
         if not isinstance(exc, Exception):
             raise exc
 
 
-class Broker:
+class Broker(RunsInThread):
     """An in-process STOMP broker for tests and demos, with fault injection.
 
     ``async with Broker() as broker:`` listens on an ephemeral loopback port in
@@ -452,8 +459,6 @@ class Broker:
         self._port: Optional[int] = None
         self._tg: Any = None
         self._listener: Any = None
-        self._loop_thread: Optional[int] = None
-        self._portal: Any = None
         self._started = False
         self._closed = False
         self._conns: Dict[_Connection, None] = {}
@@ -488,7 +493,7 @@ class Broker:
         )
         self._port = self._listener.extra(SocketAttribute.local_port)
         if self.ssl_context is not None:
-            self._listener = _TLSListener(self._listener, self.ssl_context, self)
+            self._listener = _TLSListener(self._listener, self.ssl_context, self._counts)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._listener.serve, self._serve_connection, self._tg)
@@ -524,10 +529,7 @@ class Broker:
         threads run in the broker's loop; use :meth:`wait_for_blocking` instead
         of :meth:`wait_for`. The broker is stopped when the block exits.
         """
-        yield from _threaded.run_in_thread(cls(*args, **kwargs), backend, backend_options)
-
-    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return _threaded.call(self, fn, *args)
+        yield from cls._run_in_thread(cls(*args, **kwargs), backend, backend_options)
 
     # ------------------------------------------------------------------ addresses
 
@@ -830,7 +832,7 @@ class Broker:
             if self._refuse > 0:
                 self._refuse -= 1
             self._counts["refused"] += 1
-            await self._aclose(stream)
+            await _aclose(stream)
             return
         limits = self._limits
         scanner = FrameScanner(
@@ -855,13 +857,7 @@ class Broker:
             self._end_session(conn)
             self._conns.pop(conn, None)
             self._touch()
-            await self._aclose(stream)
-
-    @staticmethod
-    async def _aclose(stream: Any) -> None:
-        with anyio.move_on_after(1, shield=True):
-            with contextlib.suppress(Exception):
-                await stream.aclose()
+            await _aclose(stream)
 
     async def _read_loop(self, conn: _Connection) -> None:
         stream = conn.stream

@@ -72,86 +72,28 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import re
 import socket
 import struct
 import threading
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 from anyio.abc import SocketAttribute
 
-from . import _threaded
+from ._faults import DIRECTIONS, DOWN, UP, Fault, FrameCounter, Trigger
+from ._threaded import RunsInThread
 
 log = logging.getLogger("stompfast.testing")
 
 __all__ = ["FaultProxy", "ProxyStats", "Trigger"]
 
-UP = "up"
-DOWN = "down"
-_DIRECTIONS = (UP, DOWN)
 _READ_SIZE = 65536
 #: Bytes a direction buffers before its reader stops reading (backpressure through TCP).
 _HIGH_WATER = 1 << 20
-#: A header block longer than this stops the frame counting of a direction.
-_MAX_HEAD = 1 << 20
 _IO_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
-_END_OF_HEAD = re.compile(rb"\n\r?\n")
-_CONTENT_LENGTH = re.compile(rb"\ncontent-length:([^\r\n]*)")
-_EOL = b"\r\n"
-
-
-@dataclass(frozen=True)
-class Trigger:
-    """When a one-shot fault (reset or half-close) fires on each link.
-
-    Give exactly one of ``bytes``, ``seconds``, ``frame`` or ``command``:
-
-    * ``Trigger(bytes=N, direction="down")``: after the first ``N`` bytes of
-      that direction have been forwarded (``bytes=0``: before anything is).
-    * ``Trigger(seconds=2.0)``: that many seconds after the link opened.
-    * ``Trigger(frame=N, direction="down")``: at the start of the ``N``-th
-      frame (1-based) of that direction, counting every command; with
-      ``command="MESSAGE"`` only frames of that command count
-      (``Trigger(command="RECEIPT")`` alone means its first one).
-    * ``offset``: with ``frame``/``command``, that many bytes of the matched
-      frame are forwarded first, e.g. half of a frame to cut it mid-way.
-
-    ``direction`` is whose bytes or frames are counted and, for a half-close,
-    which direction ends (``"up"``: client to broker, ``"down"``: broker to
-    client). A frame number already passed when the trigger is set fires at the
-    next frame of that kind; a byte count already passed fires at once.
-    """
-
-    bytes: Optional[int] = None
-    seconds: Optional[float] = None
-    frame: Optional[int] = None
-    command: Optional[str] = None
-    direction: str = DOWN
-    offset: int = 0
-
-    def __post_init__(self) -> None:
-        given = [name for name in ("bytes", "seconds", "frame") if getattr(self, name) is not None]
-        if self.command is not None and self.frame is None:
-            object.__setattr__(self, "frame", 1)
-            given.append("frame")
-        if len(given) != 1:
-            raise ValueError(f"a Trigger takes exactly one of bytes, seconds, frame or command, got {given}")
-        if self.direction not in _DIRECTIONS:
-            raise ValueError(f"direction must be 'up' or 'down', got {self.direction!r}")
-        if self.bytes is not None and (not isinstance(self.bytes, int) or self.bytes < 0):
-            raise ValueError(f"bytes must be an int >= 0, got {self.bytes!r}")
-        if self.seconds is not None and not self.seconds >= 0:
-            raise ValueError(f"seconds must be >= 0, got {self.seconds!r}")
-        if self.frame is not None and (not isinstance(self.frame, int) or self.frame < 1):
-            raise ValueError(f"frame must be an int >= 1, got {self.frame!r}")
-        if not isinstance(self.offset, int) or self.offset < 0:
-            raise ValueError(f"offset must be an int >= 0, got {self.offset!r}")
-        if self.offset and self.frame is None:
-            raise ValueError("offset applies to frame and command triggers only")
 
 
 @dataclass(frozen=True)
@@ -185,108 +127,6 @@ class ProxyStats:
     faults_injected: int = 0
 
 
-class _FrameCounter:
-    """Finds where STOMP frames start in a byte stream, whatever its chunking, and their commands."""
-
-    __slots__ = ("pos", "state", "start", "head", "remaining", "lost")
-
-    IDLE, HEAD, BODY, TO_NUL = range(4)
-
-    def __init__(self) -> None:
-        self.pos = 0  # stream offset of the next byte fed
-        self.state = self.IDLE
-        self.start = 0  # stream offset of the frame being read
-        self.head = bytearray()  # a header block split across reads
-        self.remaining = 0
-        self.lost = False
-
-    @property
-    def pending(self) -> Optional[int]:
-        """Stream offset of a frame whose command is not known yet (None if there is none)."""
-        if self.state == self.HEAD and not self.lost and b"\n" not in self.head:
-            return self.start
-        return None
-
-    def feed(self, data: bytes) -> List[Tuple[int, str]]:
-        """``(offset, command)`` of every frame whose command line completes in ``data``."""
-        found: List[Tuple[int, str]] = []
-        base = self.pos
-        self.pos += len(data)
-        if self.lost:
-            return found
-        i, n = 0, len(data)
-        while i < n:
-            state = self.state
-            if state == self.IDLE:
-                while i < n and data[i] in _EOL:
-                    i += 1
-                if i == n:
-                    break
-                self.state = self.HEAD
-                self.start = base + i
-            elif state == self.HEAD:
-                if self.head:
-                    old = len(self.head)
-                    had_line = b"\n" in self.head
-                    self.head += data[i:]
-                    m = _END_OF_HEAD.search(self.head, max(0, old - 2))
-                    if m is None:
-                        if not had_line and b"\n" in self.head:
-                            found.append((self.start, self._command(self.head)))
-                        if len(self.head) > _MAX_HEAD:
-                            self.lost = True
-                            self.head = bytearray()
-                        break
-                    block = bytes(self.head[: m.end()])
-                    self.head = bytearray()
-                    i += m.end() - old
-                    if not had_line:
-                        found.append((self.start, self._command(block)))
-                else:
-                    m = _END_OF_HEAD.search(data, i)
-                    if m is None:
-                        self.head += data[i:]
-                        if b"\n" in self.head:
-                            found.append((self.start, self._command(self.head)))
-                        break
-                    block = data[i : m.end()]
-                    i = m.end()
-                    found.append((self.start, self._command(block)))
-                length = _CONTENT_LENGTH.search(b"\n" + block)
-                value = length.group(1).strip() if length is not None else b""
-                if value.isdigit():
-                    self.state = self.BODY
-                    self.remaining = int(value)
-                else:
-                    self.state = self.TO_NUL
-            elif state == self.BODY:
-                take = min(self.remaining, n - i)
-                i += take
-                self.remaining -= take
-                if self.remaining == 0:
-                    self.state = self.TO_NUL  # the NUL that follows (or, malformed, the next one)
-            else:
-                k = data.find(b"\0", i)
-                if k < 0:
-                    break
-                i = k + 1
-                self.state = self.IDLE
-        return found
-
-    @staticmethod
-    def _command(block: Union[bytes, bytearray]) -> str:
-        return bytes(block[: block.index(b"\n")]).rstrip(b"\r").decode("latin-1")
-
-
-class _Fault:
-    """A marker in a pipe's buffer: run this fault once everything before it is forwarded."""
-
-    __slots__ = ("kind",)
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind  # "reset", "half_close", "eof"
-
-
 class _Pipe:
     """One direction of a link: its buffer, counters and armed triggers."""
 
@@ -295,10 +135,10 @@ class _Pipe:
         self.direction = direction
         self.src = src
         self.dst = dst
-        self.buffer: Deque[List[Any]] = deque()  # [time read, bytes or _Fault, offset already written]
+        self.buffer: Deque[List[Any]] = deque()  # [time read, bytes or Fault, offset already written]
         self.buffered = 0
         self.read_pos = 0  # bytes read from src (stream offset of the next one)
-        self.counter = _FrameCounter()
+        self.counter = FrameCounter()
         self.frames = 0
         self.commands: Counter = Counter()
         self.holdback = b""
@@ -352,8 +192,8 @@ def _directions(value: Any, name: str) -> Tuple[str, ...]:
     if value is None or value is False:
         return ()
     if value is True or value == "both":
-        return _DIRECTIONS
-    if value in _DIRECTIONS:
+        return DIRECTIONS
+    if value in DIRECTIONS:
         return (value,)
     raise ValueError(f"{name} must be None, True, 'up', 'down' or 'both', got {value!r}")
 
@@ -361,12 +201,12 @@ def _directions(value: Any, name: str) -> Tuple[str, ...]:
 def _per_direction(value: Any, name: str) -> Dict[str, float]:
     """A number for both directions, or a mapping ``{"up": x, "down": y}`` (missing: 0)."""
     if isinstance(value, Mapping):
-        bad = set(value) - set(_DIRECTIONS)
+        bad = set(value) - set(DIRECTIONS)
         if bad:
             raise ValueError(f"{name} keys must be 'up' and 'down', got {sorted(bad)}")
-        out = {d: float(value.get(d) or 0) for d in _DIRECTIONS}
+        out = {d: float(value.get(d) or 0) for d in DIRECTIONS}
     else:
-        out = {d: float(value or 0) for d in _DIRECTIONS}
+        out = {d: float(value or 0) for d in DIRECTIONS}
     if any(not v >= 0 or math.isinf(v) for v in out.values()):
         raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
     return out
@@ -387,7 +227,7 @@ def _target(target: Union[str, Tuple[str, int]]) -> Tuple[str, int]:
     return name.strip("[]"), int(number)
 
 
-class FaultProxy:
+class FaultProxy(RunsInThread):
     """A TCP proxy between a client and a broker that injects network faults on demand.
 
     ``async with FaultProxy("127.0.0.1:61613") as proxy:`` listens on an
@@ -444,8 +284,6 @@ class FaultProxy:
         self._port: Optional[int] = None
         self._listener: Any = None
         self._tg: Any = None
-        self._loop_thread: Optional[int] = None
-        self._portal: Any = None
         self._started = False
         self._links: Dict[_Link, None] = {}
         self._numbers = 0
@@ -495,10 +333,7 @@ class FaultProxy:
         Methods called from other threads run in the proxy's loop. The proxy
         stops when the block exits.
         """
-        yield from _threaded.run_in_thread(cls(*args, **kwargs), backend, backend_options)
-
-    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return _threaded.call(self, fn, *args)
+        yield from cls._run_in_thread(cls(*args, **kwargs), backend, backend_options)
 
     # ------------------------------------------------------------------ addresses
 
@@ -587,7 +422,7 @@ class FaultProxy:
 
     def half_close_all(self, direction: str = DOWN) -> None:
         """Half-close ``direction`` of every open link now, after what it already buffered."""
-        if direction not in _DIRECTIONS:
+        if direction not in DIRECTIONS:
             raise ValueError(f"direction must be 'up' or 'down', got {direction!r}")
         self._call(self._half_close_all, direction)
 
@@ -712,7 +547,7 @@ class FaultProxy:
 
     def _queue_fault(self, pipe: _Pipe, kind: str) -> None:
         """Queue a fault (or the peer's FIN) after what the pipe buffered; nothing is forwarded after it."""
-        pipe.buffer.append([anyio.current_time(), _Fault(kind), 0])
+        pipe.buffer.append([anyio.current_time(), Fault(kind), 0])
         pipe.ended = True
         if kind == "half_close":
             pipe.discard = True
@@ -851,7 +686,7 @@ class FaultProxy:
                     continue
                 item = pipe.buffer[0]
                 stamp, data, done = item
-                if isinstance(data, _Fault):
+                if isinstance(data, Fault):
                     pipe.buffer.popleft()
                     if data.kind == "reset":
                         self._reset(link)

@@ -17,7 +17,7 @@ from rawstomp import Closed, RawClient
 
 from stompfast import AsyncClient, Client, FrameScanner, ReconnectPolicy, encode_frame
 from stompfast.testing import Broker, FaultProxy, ProxyStats, Trigger
-from stompfast.testing._proxy import _FrameCounter
+from stompfast.testing._faults import FrameCounter
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -360,12 +360,12 @@ def test_frame_counter_finds_the_same_frames_at_every_split_point():
     for f, cmd in zip(frames[2:], ["MESSAGE", "SEND", "RECEIPT", "ERROR"]):
         expected.append((pos, cmd))
         pos += len(f)
-    whole = _FrameCounter()
+    whole = FrameCounter()
     assert whole.feed(stream) == expected
     for cut in range(len(stream) + 1):
-        c = _FrameCounter()
+        c = FrameCounter()
         assert c.feed(stream[:cut]) + c.feed(stream[cut:]) == expected, cut
-    c = _FrameCounter()
+    c = FrameCounter()
     assert [f for i in range(len(stream)) for f in c.feed(stream[i : i + 1])] == expected
 
 
