@@ -134,3 +134,9 @@ def test_the_code_block_runs(kind: str, argument: str, code: str, tmp_path: Path
                               cwd=tmp_path, timeout=_BLOCK_TIMEOUT)
     assert done.returncode == 0, f"{code}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
 
+
+
+def test_the_readme_links_are_absolute():
+    """PyPI renders the README without the repository around it: a relative link would be dead there."""
+    links = re.findall(r"\]\(([^)\s]+)\)", (ROOT / "README.md").read_text())
+    assert links and not [link for link in links if not link.startswith(("https://", "http://", "#"))]
