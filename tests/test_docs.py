@@ -118,6 +118,7 @@ def test_every_code_block_marker_is_known_and_says_why():
 @pytest.mark.timeout(_BLOCK_TIMEOUT + 30)
 @pytest.mark.parametrize("kind,argument,code", [b[1:] for b in _RUN], ids=[b[0] for b in _RUN])
 def test_the_code_block_runs(kind: str, argument: str, code: str, tmp_path: Path) -> None:
+    import stompfast
     from stompfast.testing import Broker
 
     with Broker.in_thread() as broker:
@@ -128,8 +129,10 @@ def test_the_code_block_runs(kind: str, argument: str, code: str, tmp_path: Path
             code = template.format(url=broker.url, stand_ins=_STAND_INS, body=textwrap.indent(code, " " * indent))
         script = tmp_path / "example.py"
         script.write_text(code)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("STOMPFAST_")}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        # the stompfast this test imported (the checkout, or the installed package of a pure build)
+        env = {k: v for k, v in os.environ.items() if k != "STOMPFAST_URL"}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(stompfast.__file__).parents[1]),
+                                                          env.get("PYTHONPATH")]))
         done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
                               cwd=tmp_path, timeout=_BLOCK_TIMEOUT)
     assert done.returncode == 0, f"{code}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
