@@ -143,3 +143,23 @@ def test_the_readme_links_are_absolute():
     """PyPI renders the README without the repository around it: a relative link would be dead there."""
     links = re.findall(r"\]\(([^)\s]+)\)", (ROOT / "README.md").read_text())
     assert links and not [link for link in links if not link.startswith(("https://", "http://", "#"))]
+
+
+def test_the_architecture_page_names_every_module_of_the_package():
+    # docs/architecture.md is the design record code comments cite: a module it does not
+    # mention is a module nobody explained
+    root = os.path.join(ROOT, "stompfast")
+    text = open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8").read()
+    missing = []
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name)
+        if os.path.isdir(path) and os.path.exists(os.path.join(path, "__init__.py")):
+            if f"{name}/" not in text:
+                missing.append(name + "/")
+        elif name.endswith((".py", ".pyx")) and name not in ("__init__.py", "__main__.py"):
+            stem = name.rsplit(".", 1)[0]
+            if stem.startswith("_sync_"):
+                stem = "_sync_"  # the blocking client's modules are described together
+            if stem not in text:
+                missing.append(name)
+    assert not missing, f"docs/architecture.md does not mention {missing}"
