@@ -71,7 +71,25 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import anyio
 
-from . import cli as _cli
+from .cli.common import (
+    CONNECTION_HELP,
+    Connection,
+    ENV_URL,
+    EXIT_FAILURE,
+    EXIT_OK,
+    Failure,
+    Status,
+    UsageError,
+    add_common_options,
+    add_connection_options,
+    isatty,
+    mask,
+    one_line,
+    parse_header,
+    plural,
+    positive_float,
+    positive_int,
+)
 from .errors import ConfigurationError
 
 __all__ = [
@@ -269,7 +287,7 @@ class LoadConfig:
         data = dataclasses.asdict(self)
         data.pop("passcode")
         data["passcode_set"] = self.passcode is not None
-        data["url"] = _cli.mask(self.url) if self.url else None
+        data["url"] = mask(self.url) if self.url else None
         body = data.pop("body")
         data["body_bytes"] = len(body) if body is not None else None
         data["destinations"] = list(self.destinations)
@@ -1450,7 +1468,7 @@ def _merge(
         problems.append("no message was sent")
     ready = next((v.ready for v in views if v.ready), {}) or {}
     broker = {
-        "url": _cli.mask(url),
+        "url": mask(url),
         "in_process": in_process,
         "server": ready.get("server"),
         "stomp_version": ready.get("version"),
@@ -1597,7 +1615,7 @@ def write_plot(result: LoadResult, path: str) -> None:
 # -- the `stompfast bench` command -------------------------------------------------------------
 
 BENCH_EPILOG = f"""\
-Without --url (and without ${_cli.ENV_URL}) the in-process test broker is started on a free
+Without --url (and without ${ENV_URL}) the in-process test broker is started on a free
 loopback port and the load runs against it, so a plain 'stompfast bench' works anywhere.
 
 Consumers subscribe before the producers start. Every message carries sf-producer,
@@ -1621,7 +1639,7 @@ examples:
   stompfast bench --receipts --receipt-window 100 --ack client-individual --size 1024
   stompfast bench -d /topic/prices -c 3 --transaction-size 10 --processes 2
 
-{_cli._CONNECTION_HELP}"""
+{CONNECTION_HELP}"""
 
 
 def _warmup(text: str) -> Tuple[float, int]:
@@ -1679,11 +1697,11 @@ def add_bench_command(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     shape = p.add_argument_group("load")
-    shape.add_argument("-p", "--producers", metavar="N", type=_cli._positive_int, default=1,
+    shape.add_argument("-p", "--producers", metavar="N", type=positive_int, default=1,
                        help="producer connections (default 1)")
     shape.add_argument("-c", "--consumers", metavar="M", type=_non_negative_int, default=1,
                        help="consumer connections, each subscribed to every destination (default 1; 0: publish only)")
-    shape.add_argument("--processes", metavar="P", type=_cli._positive_int, default=1,
+    shape.add_argument("--processes", metavar="P", type=positive_int, default=1,
                        help="spread producers and consumers over P worker processes (default 1: one event loop)")
     shape.add_argument("-d", "--destination", metavar="DEST", dest="destinations", action="append", default=[],
                        help="destination, repeatable, used round-robin (default /queue/stompfast-bench-<random>);"
@@ -1693,39 +1711,39 @@ def add_bench_command(subparsers: Any) -> None:
                       help="body size in bytes (default 100)")
     msgs.add_argument("--body-file", metavar="PATH", help="send the bytes of PATH as every body")
     msgs.add_argument("-H", "--header", metavar="NAME:VALUE", dest="headers", action="append",
-                      type=_cli.parse_header, default=[], help="add a header to every message, e.g. persistent:true")
+                      type=parse_header, default=[], help="add a header to every message, e.g. persistent:true")
     stop = p.add_argument_group("how much, how fast")
-    stop.add_argument("-n", "--count", metavar="N", type=_cli._positive_int,
+    stop.add_argument("-n", "--count", metavar="N", type=positive_int,
                       help="messages in total (default: 100,000 or 10 s, whichever comes first)")
-    stop.add_argument("--duration", metavar="SECONDS", type=_cli._positive_float,
+    stop.add_argument("--duration", metavar="SECONDS", type=positive_float,
                       help="stop sending after SECONDS (with --count: whichever comes first)")
     stop.add_argument("--rate", metavar="R", type=_positive_rate,
                       help="open loop: R messages per second in total on a fixed schedule"
                       " (default: as fast as possible)")
     stop.add_argument("--warmup", metavar="SECONDS|Nmsgs", type=_warmup, default=(0.0, 0),
                       help="leave the first SECONDS (5, 2.5s) or N messages (1000msgs) out of latency and rates")
-    stop.add_argument("--drain-timeout", metavar="SECONDS", type=_cli._positive_float, default=5.0,
+    stop.add_argument("--drain-timeout", metavar="SECONDS", type=positive_float, default=5.0,
                       help="after the producers stop, give up on missing messages when nothing arrived for"
                       " SECONDS (default 5)")
     delivery = p.add_argument_group("delivery")
     delivery.add_argument("--receipts", action=argparse.BooleanOptionalAction, default=False,
                           help="ask for a RECEIPT for every SEND (or every COMMIT with transactions; default off)")
-    delivery.add_argument("--receipt-window", metavar="W", type=_cli._positive_int, default=1000,
+    delivery.add_argument("--receipt-window", metavar="W", type=positive_int, default=1000,
                           help="with --receipts: at most W unconfirmed messages per producer (default 1000)")
     delivery.add_argument("--ack", choices=_ACK_MODES, default="auto", help="consumers' ack mode (default auto)")
     delivery.add_argument("--transaction-size", metavar="K", type=_non_negative_int, default=0,
                           help="producers send in transactions of K messages (default 0: none)")
-    delivery.add_argument("--buffer-size", metavar="N", type=_cli._positive_int, default=1000,
+    delivery.add_argument("--buffer-size", metavar="N", type=positive_int, default=1000,
                           help="consumer buffer, and broker prefetch in the client ack modes (default 1000)")
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="write the complete result as JSON on stdout")
     out.add_argument("--plot", metavar="FILE.png", help="write throughput and latency over time (needs matplotlib)")
-    out.add_argument("--interval", metavar="SECONDS", type=_cli._positive_float, default=1.0,
+    out.add_argument("--interval", metavar="SECONDS", type=positive_float, default=1.0,
                      help="timeline resolution (default 1)")
     out.add_argument("--loop", choices=("asyncio", "uvloop", "trio"), default=None,
                      help=f"event loop (default {_default_loop()}: uvloop when installed)")
-    _cli._add_common_options(p)
-    _cli._add_connection_options(p)
+    add_common_options(p)
+    add_connection_options(p)
     p.set_defaults(run=run_bench)
 
 
@@ -1733,10 +1751,10 @@ def _loop_backend(name: Optional[str]) -> Tuple[str, Dict[str, Any]]:
     name = name or _default_loop()
     if name == "uvloop":
         if importlib.util.find_spec("uvloop") is None:
-            raise _cli.UsageError("--loop uvloop: uvloop is not installed (pip install 'stompfast[uvloop]')")
+            raise UsageError("--loop uvloop: uvloop is not installed (pip install 'stompfast[uvloop]')")
         return "asyncio", {"use_uvloop": True}
     if name == "trio" and importlib.util.find_spec("trio") is None:
-        raise _cli.UsageError("--loop trio: trio is not installed (pip install 'stompfast[trio]')")
+        raise UsageError("--loop trio: trio is not installed (pip install 'stompfast[trio]')")
     return name, {}
 
 
@@ -1759,7 +1777,7 @@ def _describe(config: LoadConfig, destinations: Sequence[str]) -> str:
         extras.append(f"{config.processes} processes")
     where = ", ".join(destinations) if destinations else "a fresh queue"
     return (
-        f"{_cli._plural(config.producers, 'producer')}, {_cli._plural(config.consumers, 'consumer')},"
+        f"{plural(config.producers, 'producer')}, {plural(config.consumers, 'consumer')},"
         f" {size}-byte messages to {where}; {limit}, {pace}" + (f"; {', '.join(extras)}" if extras else "")
     )
 
@@ -1810,7 +1828,7 @@ def _ms(us: float) -> str:
 def _print_table(result: LoadResult, title: str) -> None:
     rows = _table_rows(result)
     console = None
-    if _cli._isatty(sys.stdout):
+    if isatty(sys.stdout):
         try:
             from rich.console import Console
             from rich.table import Table
@@ -1851,14 +1869,14 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
     try:
         _histogram_class()
     except ImportError as exc:
-        raise _cli.UsageError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     if args.plot and importlib.util.find_spec("matplotlib") is None:
-        raise _cli.UsageError(PLOT_HINT)
+        raise UsageError(PLOT_HINT)
     if args.size is not None and args.body_file is not None:
-        raise _cli.UsageError("give --size or --body-file, not both")
-    env_url = os.environ.get(_cli.ENV_URL) or None
+        raise UsageError("give --size or --body-file, not both")
+    env_url = os.environ.get(ENV_URL) or None
     in_process = not args.url and not env_url
-    conn = _cli.Connection(args)
+    conn = Connection(args)
     ctx["secrets"] = conn.secrets
     if not in_process:
         ctx["url"] = conn.url
@@ -1868,7 +1886,7 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
             with open(args.body_file, "rb") as f:
                 body = f.read()
         except OSError as exc:
-            raise _cli.Failure(f"cannot read {args.body_file}: {exc.strerror or exc}") from exc
+            raise Failure(f"cannot read {args.body_file}: {exc.strerror or exc}") from exc
     warmup, warmup_messages = args.warmup
     config = LoadConfig(
         url=None if in_process else (args.url or env_url),
@@ -1901,9 +1919,9 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
     try:
         config.validate()
     except ConfigurationError as exc:
-        raise _cli.UsageError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     backend, backend_options = _loop_backend(args.loop)
-    status = _cli.Status(args.quiet)
+    status = Status(args.quiet)
     target = "the in-process broker" if in_process else conn.url
     status.info(f"stompfast bench: {_describe(config, config.destinations)}; against {target}", "dim")
 
@@ -1927,10 +1945,10 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
         try:
             write_plot(result, args.plot)
         except OSError as exc:
-            raise _cli.Failure(f"cannot write {args.plot}: {exc.strerror or exc}") from exc
+            raise Failure(f"cannot write {args.plot}: {exc.strerror or exc}") from exc
         status.info(f"plot written to {args.plot}", "dim")
     for warning in result.warnings:
-        status.info(f"warning: {_cli.mask(warning, conn.secrets)}", "yellow")
+        status.info(f"warning: {mask(warning, conn.secrets)}", "yellow")
     c = result.counts
     if result.ok:
         status.info(
@@ -1939,16 +1957,16 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
             + (", all confirmed" if config.receipts else "") + ", no errors",
             "green",
         )
-        return _cli.EXIT_OK
-    text = "; ".join(_cli.mask(p, conn.secrets) for p in result.problems)
-    print(f"stompfast bench: FAILED: {_cli.one_line(text, 1000)}", file=sys.stderr, flush=True)
-    return _cli.EXIT_FAILURE
+        return EXIT_OK
+    text = "; ".join(mask(p, conn.secrets) for p in result.problems)
+    print(f"stompfast bench: FAILED: {one_line(text, 1000)}", file=sys.stderr, flush=True)
+    return EXIT_FAILURE
 
 
 def _masked(data: Any, secrets: Sequence[str]) -> Any:
-    """``data`` with every string passed through :func:`stompfast.cli.mask` (error texts may quote URLs)."""
+    """``data`` with every string passed through :func:`stompfast.cli.common.mask` (error texts may quote URLs)."""
     if isinstance(data, str):
-        return _cli.mask(data, secrets)
+        return mask(data, secrets)
     if isinstance(data, dict):
         return {k: _masked(v, secrets) for k, v in data.items()}
     if isinstance(data, list):
