@@ -71,7 +71,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import anyio
 
-from .cli.common import (
+from ..cli.common import (
     CONNECTION_HELP,
     Connection,
     ENV_URL,
@@ -90,7 +90,22 @@ from .cli.common import (
     positive_float,
     positive_int,
 )
-from .errors import ConfigurationError
+from ..errors import ConfigurationError
+from .histogram import (
+    COUNTS_LEN,
+    HALF_COUNT,
+    HALF_MAGNITUDE,
+    HDR_HINT as HDR_HINT,
+    MAX_LATENCY_US,
+    SHIFT,
+    SIGNIFICANT_FIGURES as SIGNIFICANT_FIGURES,
+    SUB_MASK,
+    fold,
+    histogram_class,
+    latency_index as latency_index,
+    new_histogram,
+    percentiles,
+)
 
 __all__ = [
     "LoadConfig",
@@ -104,15 +119,10 @@ __all__ = [
     "write_plot",
 ]
 
-HDR_HINT = "stompfast bench needs hdrhistogram: pip install 'stompfast[loadgen]' (or pip install hdrhistogram)"
 PLOT_HINT = "--plot needs matplotlib: pip install 'stompfast[plot]' (or pip install matplotlib)"
 
 #: The headers every generated message carries.
 H_PRODUCER, H_SEQ, H_TS, H_WARMUP = "sf-producer", "sf-seq", "sf-ts", "sf-w"
-
-#: Latency histograms: 1 us to 1 hour, 3 significant figures (0.1% resolution).
-MAX_LATENCY_US = 3_600_000_000
-SIGNIFICANT_FIGURES = 3
 
 #: Defaults when neither a count nor a duration is given: whichever comes first.
 DEFAULT_COUNT = 100_000
@@ -122,52 +132,8 @@ _TICK = 0.05  # seconds between a worker's progress reports / the coordinator's 
 _BURST = 100  # closed loop: messages sent between two yields to the event loop
 _FANOUT_PREFIXES = ("/topic/", "/exchange/")
 _ACK_MODES = ("auto", "client", "client-individual")
-_PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9), ("p99.99", 99.99))
 
 
-def _histogram_class() -> Any:
-    try:
-        from hdrh.histogram import HdrHistogram
-    except ImportError as exc:  # rule 12: optional part, guarded with an install hint
-        raise ImportError(HDR_HINT) from exc
-    return HdrHistogram
-
-
-def _new_histogram() -> Any:
-    return _histogram_class()(1, MAX_LATENCY_US, SIGNIFICANT_FIGURES)
-
-
-# HdrHistogram's bucket layout (the same in every port), for recording without a method
-# call: a value v lands in counts index
-#   b = bit_length(v | SUB_MASK) - (HALF_MAGNITUDE + 1)     (bucket; unit magnitude 0 as lowest is 1)
-#   ((b + 1) << HALF_MAGNITUDE) + (v >> b) - HALF_COUNT
-# hdrhistogram's record_value costs about 1 us (ctypes counts); a list increment a tenth
-# of that. Interval counts are folded into a real histogram once per interval.
-_SUB_COUNT_MAGNITUDE = math.ceil(math.log2(2 * 10**SIGNIFICANT_FIGURES))
-HALF_MAGNITUDE = max(_SUB_COUNT_MAGNITUDE, 1) - 1
-HALF_COUNT = 1 << HALF_MAGNITUDE
-SUB_MASK = (1 << (HALF_MAGNITUDE + 1)) - 1
-
-
-def latency_index(value: int) -> int:
-    """The HdrHistogram counts index of ``value`` (microseconds, 0 to MAX_LATENCY_US)."""
-    b = (value | SUB_MASK).bit_length() - (HALF_MAGNITUDE + 1)
-    return ((b + 1) << HALF_MAGNITUDE) + (value >> b) - HALF_COUNT
-
-
-COUNTS_LEN = latency_index(MAX_LATENCY_US) + 1
-_SHIFT = HALF_MAGNITUDE + 1
-
-
-def _fold(counts: List[int]) -> Any:
-    """A histogram holding ``counts`` (indexed by :func:`latency_index`)."""
-    hist = _new_histogram()
-    value_at = hist.get_value_from_index
-    record = hist.record_value
-    for index, n in enumerate(counts):
-        if n:
-            record(value_at(index), n)
-    return hist
 
 
 def is_fanout(destination: str) -> bool:
@@ -462,7 +428,7 @@ class _Recorder:
 
     def close(self) -> None:
         if self.sent or self.received or self.confirmed or self.errors or self.recorded:
-            encoded = _fold(self.counts).encode() if self.recorded else None
+            encoded = fold(self.counts).encode() if self.recorded else None
             self.closed.append((self.index, self.sent, self.received, self.confirmed, self.errors, self.warmup,
                                 encoded))
             if self.recorded:
@@ -526,7 +492,7 @@ class _Worker:
             self.errors.append(text)
 
     def _client(self) -> Any:
-        from ._client import AsyncClient
+        from .._client import AsyncClient
 
         c = self.config
         kwargs: Dict[str, Any] = {}
@@ -649,7 +615,7 @@ class _Worker:
         for ps in self.producers:
             if ps.lag is not None and ps.lag.get_total_count():
                 if lag is None:
-                    lag = _new_histogram()
+                    lag = new_histogram()
                 lag.add(ps.lag)
         times = {
             "send_first": _min(ps.first for ps in self.producers),
@@ -737,7 +703,7 @@ class _Worker:
             if latency < 0:  # a clock step: count it as no delay at all
                 latency = 0
             # latency_index, inlined
-            b = (latency | SUB_MASK).bit_length() - _SHIFT
+            b = (latency | SUB_MASK).bit_length() - SHIFT
             try:
                 counts[((b + 1) << HALF_MAGNITUDE) + (latency >> b) - HALF_COUNT] += 1
             except IndexError:  # beyond an hour: clamp into range
@@ -823,7 +789,7 @@ class _Worker:
         due = 0
         if rate:
             step = 1e9 / rate
-            ps.lag = _new_histogram()
+            ps.lag = new_histogram()
             lag_record = ps.lag.record_value
             mono0 = time.monotonic_ns() + (t0 - time_ns())  # t0 on the monotonic clock
         i = first_i = warm = 0
@@ -1080,7 +1046,7 @@ class _Timeline:
         self.rows: Dict[int, List[Any]] = {}
 
     def add(self, intervals: Sequence[tuple]) -> None:
-        hist_class = _histogram_class()
+        hist_class = histogram_class()
         for index, sent, received, confirmed, errors, warmup, encoded in intervals:
             row = self.rows.get(index)
             if row is None:
@@ -1093,7 +1059,7 @@ class _Timeline:
             if encoded is not None:
                 hist = hist_class.decode(encoded)
                 if row[5] is None:
-                    row[5] = _new_histogram()
+                    row[5] = new_histogram()
                 row[5].add(hist)
 
 
@@ -1111,10 +1077,10 @@ async def run_load(config: LoadConfig, progress: Optional[Callable[[Progress], A
             set up (errors *during* the run are counted in the result instead).
     """
     config.validate()
-    _histogram_class()
+    histogram_class()
     destinations = list(config.destinations) or [f"/queue/stompfast-bench-{uuid.uuid4().hex[:12]}"]
     if config.url is None:
-        from .testing import Broker
+        from ..testing import Broker
 
         async with Broker("127.0.0.1", 0, record=False) as broker:
             return await _coordinate(config, broker.url, destinations, True, progress)
@@ -1315,21 +1281,6 @@ def _popcount(value: int) -> int:
         return bin(value).count("1")
 
 
-def _percentiles(hist: Any) -> Optional[Dict[str, float]]:
-    if hist is None or not hist.get_total_count():
-        return None
-    out: Dict[str, float] = {
-        "count": hist.get_total_count(),
-        "min": hist.get_min_value(),
-        "mean": round(hist.get_mean_value(), 3),
-        "stddev": round(hist.get_stddev(), 3),
-    }
-    for name, p in _PERCENTILES:
-        out[name] = hist.get_value_at_percentile(p)
-    out["max"] = hist.get_max_value()
-    return out
-
-
 def _merge(
     config: LoadConfig, views: List[_WorkerView], destinations: List[str], state: Dict[str, Any],
     url: str, in_process: bool, backend_label: str, started_at: str,
@@ -1381,7 +1332,7 @@ def _merge(
             warnings.append(f["close_warning"])
     # latency: the sum of the intervals' histograms; rates over the measured part
     timeline: _Timeline = state["timeline"]
-    total = _new_histogram()
+    total = new_histogram()
     for row in timeline.rows.values():
         if row[5] is not None:
             total.add(row[5])
@@ -1389,8 +1340,8 @@ def _merge(
     for f in finals:
         if f["lag"] is not None:
             if lag is None:
-                lag = _new_histogram()
-            lag.add(_histogram_class().decode(f["lag"]))
+                lag = new_histogram()
+            lag.add(histogram_class().decode(f["lag"]))
     times = [f["times"] for f in finals]
     send_first = _min(t["send_first"] for t in times)
     send_last = _max(t["send_last"] for t in times)
@@ -1425,7 +1376,7 @@ def _merge(
         s, r, c, e, w, hist = timeline.rows.get(index, [0, 0, 0, 0, 0, None])
         start = t0 + index * interval_ns
         seconds = max(1e-9, min(interval_ns, end - start) / 1e9) if index == last_index else config.interval
-        pct = _percentiles(hist)
+        pct = percentiles(hist)
         rows.append({
             "t": round(index * config.interval, 6),
             "seconds": round(seconds, 6),
@@ -1481,8 +1432,8 @@ def _merge(
         warnings=warnings,
         counts=counts,
         rates=rates,
-        latency_us=_percentiles(total),
-        send_lag_us=_percentiles(lag),
+        latency_us=percentiles(total),
+        send_lag_us=percentiles(lag),
         timeline=rows,
         errors=error_texts,
         broker=broker,
@@ -1497,8 +1448,8 @@ def _merge(
 def _versions(backend: str) -> Dict[str, Any]:
     from importlib import metadata
 
-    from . import __version__
-    from ._scanner import IMPLEMENTATION
+    from .. import __version__
+    from .._scanner import IMPLEMENTATION
 
     out: Dict[str, Any] = {
         "stompfast": __version__,
@@ -1867,7 +1818,7 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
     import json
 
     try:
-        _histogram_class()
+        histogram_class()
     except ImportError as exc:
         raise UsageError(str(exc)) from None
     if args.plot and importlib.util.find_spec("matplotlib") is None:
