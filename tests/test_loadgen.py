@@ -23,6 +23,7 @@ import pytest
 
 from stompfast import cli, loadgen
 from stompfast.loadgen import LoadConfig, LoadResult, histogram, run_load
+from stompfast.loadgen.command import parse_warmup
 from stompfast.testing import Broker
 
 pytest.importorskip("hdrh", reason="the loadgen tests need hdrhistogram (pip install -e '.[test]')")
@@ -321,10 +322,10 @@ def test_bench_is_one_line_in_the_command_list() -> None:
 
 
 def test_warmup_argument() -> None:
-    assert loadgen._warmup("5") == (5.0, 0)
-    assert loadgen._warmup("2.5s") == (2.5, 0)
-    assert loadgen._warmup("1000msgs") == (0.0, 1000)
-    assert loadgen._warmup("10messages") == (0.0, 10)
+    assert parse_warmup("5") == (5.0, 0)
+    assert parse_warmup("2.5s") == (2.5, 0)
+    assert parse_warmup("1000msgs") == (0.0, 1000)
+    assert parse_warmup("10messages") == (0.0, 10)
 
 
 def test_inlined_histogram_index_matches_hdrhistogram() -> None:

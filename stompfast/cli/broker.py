@@ -52,8 +52,6 @@ def _user(text: str) -> tuple[str, str]:
     return login, passcode
 
 
-# -- broker -------------------------------------------------------------------------------------
-
 BROKER_EPILOG = """\
 Runs stompfast's in-process test broker (stompfast.testing.Broker) on a TCP port until
 Ctrl-C, then exits 0. It serves /queue/... and /topic/... destinations on STOMP

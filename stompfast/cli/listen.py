@@ -30,8 +30,6 @@ from .common import (
 )
 
 
-# -- listen -------------------------------------------------------------------------------------
-
 LISTEN_EPILOG = f"""\
 Output (stdout unless --output):
   default   each body as it arrived (bytes untouched), followed by a newline

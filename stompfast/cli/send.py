@@ -42,8 +42,6 @@ def _is_device(stream: Any) -> bool:
         return False
 
 
-# -- send ---------------------------------------------------------------------------------------
-
 SEND_EPILOG = f"""\
 The body comes from BODY, from --file PATH, or from stdin (BODY '-' or --file -, or
 no BODY while stdin is a pipe or file). A BODY argument is sent as UTF-8 text with
