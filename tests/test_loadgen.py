@@ -22,7 +22,8 @@ import anyio
 import pytest
 
 from stompfast import cli, loadgen
-from stompfast.loadgen import LoadConfig, LoadResult, run_load
+from stompfast.loadgen import LoadConfig, LoadResult, histogram, run_load
+from stompfast.loadgen.command import parse_warmup
 from stompfast.testing import Broker
 
 pytest.importorskip("hdrh", reason="the loadgen tests need hdrhistogram (pip install -e '.[test]')")
@@ -321,10 +322,10 @@ def test_bench_is_one_line_in_the_command_list() -> None:
 
 
 def test_warmup_argument() -> None:
-    assert loadgen._warmup("5") == (5.0, 0)
-    assert loadgen._warmup("2.5s") == (2.5, 0)
-    assert loadgen._warmup("1000msgs") == (0.0, 1000)
-    assert loadgen._warmup("10messages") == (0.0, 10)
+    assert parse_warmup("5") == (5.0, 0)
+    assert parse_warmup("2.5s") == (2.5, 0)
+    assert parse_warmup("1000msgs") == (0.0, 1000)
+    assert parse_warmup("10messages") == (0.0, 10)
 
 
 def test_inlined_histogram_index_matches_hdrhistogram() -> None:
@@ -332,15 +333,15 @@ def test_inlined_histogram_index_matches_hdrhistogram() -> None:
     import random
 
     rng = random.Random(7)
-    values = [0, 1, 2, 1023, 1024, 2047, 2048, 2049, 4095, 4096, 10**6, loadgen.MAX_LATENCY_US]
-    values += [rng.randint(0, loadgen.MAX_LATENCY_US) for _ in range(5000)]
-    values += [int(rng.lognormvariate(7, 2)) % loadgen.MAX_LATENCY_US for _ in range(5000)]
-    reference = loadgen._new_histogram()
-    counts = [0] * loadgen.COUNTS_LEN
+    values = [0, 1, 2, 1023, 1024, 2047, 2048, 2049, 4095, 4096, 10**6, histogram.MAX_LATENCY_US]
+    values += [rng.randint(0, histogram.MAX_LATENCY_US) for _ in range(5000)]
+    values += [int(rng.lognormvariate(7, 2)) % histogram.MAX_LATENCY_US for _ in range(5000)]
+    reference = histogram.new_histogram()
+    counts = [0] * histogram.COUNTS_LEN
     for value in values:
         assert reference.record_value(value)
-        counts[loadgen.latency_index(value)] += 1
-    folded = loadgen._fold(counts)
+        counts[histogram.latency_index(value)] += 1
+    folded = histogram.fold(counts)
     assert folded.get_total_count() == reference.get_total_count() == len(values)
     for p in (0, 1, 50, 90, 99, 99.9, 99.99, 100):
         assert folded.get_value_at_percentile(p) == reference.get_value_at_percentile(p)

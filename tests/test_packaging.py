@@ -80,6 +80,10 @@ def test_without_a_compiler_the_pure_build_installs_with_one_warning(sdist: Path
     assert said.count("WARNING: stompfast: the C scanner is not built") >= 1
     installed = _site_packages(python) / "stompfast"
     assert (installed / "_scanner_py.py").exists()
+    # every package of the source tree is installed (pyproject.toml lists them one by one)
+    packages = {p.parent.relative_to(ROOT) for p in (ROOT / "stompfast").rglob("__init__.py")
+                if "__pycache__" not in p.parts}
+    assert not sorted(str(p) for p in packages if not (installed.parent / p / "__init__.py").exists())
     assert not glob.glob(str(installed / "_scanner_c*.so")) + glob.glob(str(installed / "_scanner_c*.pyd"))
 
 

@@ -171,12 +171,12 @@ class ClusterLoadResult:
 
 def merge_rows(rows: Sequence[Dict[str, Any]]) -> ClusterLoadResult:
     """Aggregate the stats rows of ``stomp-loadgen`` (dicts) into a :class:`ClusterLoadResult`."""
-    from ..loadgen import _histogram_class, _new_histogram, _percentiles
+    from ..loadgen.histogram import histogram_class, new_histogram, percentiles
 
     keys = ("sent", "confirmed", "received", "distinct", "duplicates", "missing", "unexpected", "errors")
     counts = {k: int(sum(r[k] or 0 for r in rows)) for k in keys}
-    total = _new_histogram()
-    cls = _histogram_class()
+    total = new_histogram()
+    cls = histogram_class()
     for r in rows:
         if r.get("histogram"):
             total.add(cls.decode(r["histogram"].encode("ascii")))
@@ -197,7 +197,7 @@ def merge_rows(rows: Sequence[Dict[str, Any]]) -> ClusterLoadResult:
     }
     return ClusterLoadResult(
         ok=bool(rows) and all(r["ok"] for r in rows), problems=problems, counts=counts, rates=rates,
-        latency_us=_percentiles(total), rows=[dict(r) for r in rows], histogram=total,
+        latency_us=percentiles(total), rows=[dict(r) for r in rows], histogram=total,
     )
 
 

@@ -1,0 +1,265 @@
+"""``stompfast listen`` (alias ``subscribe``): write the messages of a destination to stdout, a file or a directory."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import re
+import sys
+import time
+from typing import Any
+
+from .common import (
+    CONNECTION_HELP,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    Connection,
+    Failure,
+    Status,
+    Stopped,
+    add_common_options,
+    add_connection_options,
+    format_size,
+    parse_header,
+    plural,
+    positive_float,
+    positive_int,
+    run_stoppable,
+)
+
+
+LISTEN_EPILOG = f"""\
+Output (stdout unless --output):
+  default   each body as it arrived (bytes untouched), followed by a newline
+  --headers each message's headers as NAME:VALUE lines, a blank line, then the body
+  --json    one JSON object per line: destination, message_id, subscription, headers,
+            body and body_encoding ("utf-8", or "base64" when the body is not UTF-8)
+  --output DIR   one file per message in DIR (created if needed; a path ending in '/'
+            or an existing directory): NNNNNN-<message-id>, holding the body (or the
+            JSON object with --json, name ending .json); nothing is overwritten
+  --output FILE  append to FILE what stdout would have shown
+
+Acknowledgement: the default --ack client acknowledges each message after it has been
+written (and flushed), and asks the broker for no more unacknowledged messages than
+it needs (at most --count), so a message is never lost when the command stops early:
+whatever was received but not written is redelivered. --ack auto is cheaper but the
+broker counts a message as consumed as soon as it sends it, including ones the
+command drops when it stops at --count, --timeout or Ctrl-C.
+
+Stopping: after --count messages; after --timeout SECONDS without a message (counted
+from the subscription and from each message); after --duration SECONDS in total; or
+Ctrl-C. The first three exit 0, Ctrl-C exits 130. A summary goes to stderr unless -q.
+
+examples:
+  stompfast listen /queue/orders
+  stompfast listen /queue/orders --count 1 --timeout 5        # wait up to 5 s for one
+  stompfast listen /queue/orders --json | jq .headers
+  stompfast listen /queue/orders --timeout 2 --output orders/   # drain into files
+  stompfast subscribe /topic/prices --headers --ack auto
+
+{CONNECTION_HELP}"""
+
+
+def add_listen_command(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "listen",
+        aliases=["subscribe"],
+        help="print the messages of a destination",
+        description="Subscribe to DESTINATION and write each message it delivers.",
+        epilog=LISTEN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("destination", metavar="DESTINATION", help="e.g. /queue/orders or /topic/prices")
+    out = p.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="one JSON object per message (see below)")
+    out.add_argument("--headers", action="store_true", help="print each message's headers before its body")
+    out.add_argument("-o", "--output", metavar="DIR|FILE", help="write to files in DIR, or append to FILE")
+    stop = p.add_argument_group("acknowledgement and stopping")
+    stop.add_argument(
+        "--ack", choices=("auto", "client", "client-individual"), default="client",
+        help="ack mode (default client: each message is acked once written)",
+    )
+    stop.add_argument("-n", "--count", metavar="N", type=positive_int, help="stop after N messages")
+    stop.add_argument(
+        "-t", "--timeout", metavar="SECONDS", type=positive_float,
+        help="stop after SECONDS without a message (idle time)",
+    )
+    stop.add_argument("--duration", metavar="SECONDS", type=positive_float, help="stop after SECONDS in total")
+    p.add_argument(
+        "-s", "--subscribe-header", metavar="NAME:VALUE", dest="sub_headers", action="append", type=parse_header,
+        default=[], help="add a SUBSCRIBE header, e.g. selector:... or prefetch-count:10 (repeatable)",
+    )
+    add_common_options(p)
+    add_connection_options(p)
+    p.set_defaults(run=run_listen)
+
+
+def message_record(message: Any, as_json: bool, with_headers: bool) -> bytes:
+    """What ``listen`` writes for one message, without the separating newline."""
+    body: bytes = message.body
+    if as_json:
+        try:
+            text, encoding = body.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            text, encoding = base64.b64encode(body).decode("ascii"), "base64"
+        record = {
+            "destination": message.destination,
+            "message_id": message.message_id,
+            "subscription": message.subscription,
+            "headers": dict(message.headers),
+            "body": text,
+            "body_encoding": encoding,
+        }
+        return json.dumps(record, ensure_ascii=False).encode("utf-8")
+    if with_headers:
+        head = "".join(f"{name}:{value}\n" for name, value in message.frame.header_list)
+        return head.encode("utf-8", "surrogateescape") + b"\n" + body
+    return body
+
+
+class _StreamSink:
+    """Records separated by newlines on a binary stream (stdout, or a file opened for append)."""
+
+    def __init__(self, stream: Any, close: bool) -> None:
+        self.stream = stream
+        self._close = close
+
+    def write(self, record: bytes, message: Any, n: int) -> None:
+        self.stream.write(record + b"\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self._close:
+            self.stream.close()
+
+
+class _DirectorySink:
+    """One file per message."""
+
+    _unsafe = re.compile(r"[^A-Za-z0-9._-]+")
+
+    def __init__(self, path: str, suffix: str) -> None:
+        self.path = path
+        self.suffix = suffix
+
+    def write(self, record: bytes, message: Any, n: int) -> None:
+        ident = self._unsafe.sub("_", message.message_id or "")[:80].strip("._")
+        base = os.path.join(self.path, f"{n:06d}-{ident}" if ident else f"{n:06d}")
+        for attempt in range(1000):
+            name = f"{base}{'' if attempt == 0 else f'.{attempt}'}{self.suffix}"
+            try:
+                with open(name, "xb") as f:
+                    f.write(record)
+                return
+            except FileExistsError:
+                continue
+        raise Failure(f"cannot find a free file name for {base}{self.suffix}")
+
+    def close(self) -> None:
+        pass
+
+
+def _open_sink(args: argparse.Namespace) -> Any:
+    target = args.output
+    if target is None:
+        return _StreamSink(sys.stdout.buffer, close=False)
+    try:
+        if os.path.isdir(target) or target.endswith(("/", os.sep)):
+            os.makedirs(target, exist_ok=True)
+            return _DirectorySink(target, ".json" if args.json else "")
+        return _StreamSink(open(target, "ab"), close=True)
+    except OSError as exc:
+        raise Failure(f"cannot write to {target}: {exc.strerror or exc}") from exc
+
+
+class _Tally:
+    def __init__(self) -> None:
+        self.messages = 0
+        self.bytes = 0
+        self.started = time.monotonic()
+        self.reason = ""
+
+
+def run_listen(args: argparse.Namespace, ctx: dict[str, Any]) -> int:
+    conn = Connection(args)
+    ctx["secrets"], ctx["url"], ctx["cafile"] = conn.secrets, conn.url, conn.cafile
+    status = Status(args.quiet)
+    sink = _open_sink(args)
+    tally = _Tally()
+    code = EXIT_OK
+    try:
+        run_stoppable(_listen, conn, args, sink, status, tally)
+    except Stopped as exc:
+        tally.reason = exc.name
+        code = exc.code
+    except KeyboardInterrupt:
+        tally.reason = "interrupted"
+        code = EXIT_INTERRUPTED
+    finally:
+        sink.close()
+    if tally.reason:  # it subscribed: say how it went
+        elapsed = time.monotonic() - tally.started
+        status.info(
+            f"received {plural(tally.messages, 'message')} ({format_size(tally.bytes)}) from {args.destination}"
+            f" in {elapsed:.1f} s: {tally.reason}",
+            "yellow" if code else "green",
+        )
+    return code
+
+
+async def _listen(conn: Connection, args: argparse.Namespace, sink: Any, status: Status, tally: _Tally) -> None:
+    import anyio
+
+    from ..errors import StaleMessageError
+
+    # in the client modes this is also the prefetch: never hold more than --count unacked
+    buffer_size = min(args.count, 1000) if args.count else 1000
+    ack = args.ack != "auto"
+    async with conn.client() as client, client.subscribe(
+        args.destination, ack=args.ack, buffer_size=buffer_size, headers=dict(args.sub_headers) or None
+    ) as sub:
+        tally.started = time.monotonic()
+        tally.reason = "interrupted"
+        stops = []
+        if args.count:
+            stops.append(f"after {plural(args.count, 'message')}")
+        if args.timeout:
+            stops.append(f"after {args.timeout:g} s idle")
+        if args.duration:
+            stops.append(f"after {args.duration:g} s")
+        stops.append("on Ctrl-C")
+        status.info(
+            f"listening on {args.destination} at {conn.url} (STOMP {client.version}, ack {args.ack});"
+            f" stopping {' or '.join(stops)}",
+            "dim",
+        )
+        def progress() -> str:
+            return f"{args.destination}: {plural(tally.messages, 'message')} ({format_size(tally.bytes)})"
+
+        with status.live(progress, to_stdout=args.output is None):
+            with anyio.move_on_after(args.duration) as total:
+                while args.count is None or tally.messages < args.count:
+                    if args.timeout:
+                        with anyio.move_on_after(args.timeout) as idle:
+                            message = await sub.receive()
+                        if idle.cancelled_caught:
+                            tally.reason = f"nothing for {args.timeout:g} s"
+                            break
+                    else:
+                        message = await sub.receive()
+                    tally.messages += 1
+                    tally.bytes += len(message.body)
+                    sink.write(message_record(message, args.json, args.headers), message, tally.messages)
+                    if ack:
+                        try:
+                            await message.ack()
+                        except StaleMessageError:
+                            pass  # delivered before a reconnect: the broker sends it again
+                else:
+                    tally.reason = f"{plural(args.count, 'message')} received"
+            if total.cancelled_caught:
+                tally.reason = f"{args.duration:g} s elapsed"
+
+

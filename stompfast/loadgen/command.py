@@ -1,0 +1,400 @@
+"""The ``stompfast bench`` command: its options, the table it prints, its exit code.
+
+:func:`add_bench_command` is listed in :data:`stompfast.cli.COMMANDS`; the helpers it
+shares with the other subcommands come from :mod:`stompfast.cli.common`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import math
+import os
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..cli.common import (
+    CONNECTION_HELP,
+    Connection,
+    ENV_URL,
+    EXIT_FAILURE,
+    EXIT_OK,
+    Failure,
+    Status,
+    UsageError,
+    add_common_options,
+    add_connection_options,
+    isatty,
+    mask,
+    one_line,
+    parse_header,
+    plural,
+    positive_float,
+    positive_int,
+)
+from ..errors import ConfigurationError
+from .config import ACK_MODES, LoadConfig, LoadResult, Progress
+from .coordinator import run
+from .histogram import histogram_class
+from .plot import PLOT_HINT, write_plot
+
+
+BENCH_EPILOG = f"""\
+Without --url (and without ${ENV_URL}) the in-process test broker is started on a free
+loopback port and the load runs against it, so a plain 'stompfast bench' works anywhere.
+
+Consumers subscribe before the producers start. Every message carries sf-producer,
+sf-seq and sf-ts headers; consumers count every message exactly (duplicates, gaps)
+and record end-to-end latency (now - sf-ts) in an HDR histogram. With --rate the
+producers send on a fixed schedule and stamp the *intended* send time, so a producer
+that falls behind shows it as latency (no coordinated omission); without --rate they
+send as fast as they can (closed loop). The run ends when every message arrived, or
+--drain-timeout seconds after the producers stopped with nothing new arriving.
+
+Output: a table on stdout (--json: one JSON document instead, nothing else on stdout),
+live progress and the verdict on stderr (-q: errors only). Exit 0 when every message
+arrived exactly once and nothing failed; 1 when messages were lost or duplicated or
+errors happened (the verdict says which); 2 for usage errors.
+
+examples:
+  stompfast bench                                      # 100,000 messages or 10 s, in-process broker
+  stompfast bench --count 2000 --json > result.json
+  stompfast bench --url stomp://guest:guest@127.0.0.1:61613/ -p 2 -c 2 --duration 10
+  stompfast bench --rate 5000 --duration 30 --warmup 5s --plot run.png
+  stompfast bench --receipts --receipt-window 100 --ack client-individual --size 1024
+  stompfast bench -d /topic/prices -c 3 --transaction-size 10 --processes 2
+
+{CONNECTION_HELP}"""
+
+
+def parse_warmup(text: str) -> Tuple[float, int]:
+    """``--warmup``: ``5`` or ``5s`` seconds, ``1000msgs`` messages."""
+    raw = text.strip().lower()
+    try:
+        for suffix in ("messages", "msgs", "msg"):
+            if raw.endswith(suffix):
+                n = int(raw[: -len(suffix)])
+                if n < 0:
+                    raise ValueError
+                return 0.0, n
+        seconds = float(raw[:-1] if raw.endswith("s") else raw)
+        if not (seconds >= 0 and math.isfinite(seconds)):
+            raise ValueError
+        return seconds, 0
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected seconds (5, 2.5s) or a number of messages (1000msgs), got {text!r}"
+        ) from None
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def _positive_rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a positive number of messages per second, got {text!r}")
+    return value
+
+
+def _default_loop() -> str:
+    return "uvloop" if importlib.util.find_spec("uvloop") is not None and sys.platform != "win32" else "asyncio"
+
+
+def add_bench_command(subparsers: Any) -> None:
+    """Add ``stompfast bench`` (listed in :data:`stompfast.cli.COMMANDS`)."""
+    p = subparsers.add_parser(
+        "bench",
+        help="generate load; measure throughput, latency and delivery",
+        description="Run producers and consumers against a broker (default: an in-process one) and report"
+        " throughput, end-to-end latency percentiles and exact delivery counts.",
+        epilog=BENCH_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    shape = p.add_argument_group("load")
+    shape.add_argument("-p", "--producers", metavar="N", type=positive_int, default=1,
+                       help="producer connections (default 1)")
+    shape.add_argument("-c", "--consumers", metavar="M", type=_non_negative_int, default=1,
+                       help="consumer connections, each subscribed to every destination (default 1; 0: publish only)")
+    shape.add_argument("--processes", metavar="P", type=positive_int, default=1,
+                       help="spread producers and consumers over P worker processes (default 1: one event loop)")
+    shape.add_argument("-d", "--destination", metavar="DEST", dest="destinations", action="append", default=[],
+                       help="destination, repeatable, used round-robin (default /queue/stompfast-bench-<random>);"
+                       " /topic/ and /exchange/ ones give each consumer a copy")
+    msgs = p.add_argument_group("messages")
+    msgs.add_argument("-s", "--size", metavar="BYTES", type=_non_negative_int, default=None,
+                      help="body size in bytes (default 100)")
+    msgs.add_argument("--body-file", metavar="PATH", help="send the bytes of PATH as every body")
+    msgs.add_argument("-H", "--header", metavar="NAME:VALUE", dest="headers", action="append",
+                      type=parse_header, default=[], help="add a header to every message, e.g. persistent:true")
+    stop = p.add_argument_group("how much, how fast")
+    stop.add_argument("-n", "--count", metavar="N", type=positive_int,
+                      help="messages in total (default: 100,000 or 10 s, whichever comes first)")
+    stop.add_argument("--duration", metavar="SECONDS", type=positive_float,
+                      help="stop sending after SECONDS (with --count: whichever comes first)")
+    stop.add_argument("--rate", metavar="R", type=_positive_rate,
+                      help="open loop: R messages per second in total on a fixed schedule"
+                      " (default: as fast as possible)")
+    stop.add_argument("--warmup", metavar="SECONDS|Nmsgs", type=parse_warmup, default=(0.0, 0),
+                      help="leave the first SECONDS (5, 2.5s) or N messages (1000msgs) out of latency and rates")
+    stop.add_argument("--drain-timeout", metavar="SECONDS", type=positive_float, default=5.0,
+                      help="after the producers stop, give up on missing messages when nothing arrived for"
+                      " SECONDS (default 5)")
+    delivery = p.add_argument_group("delivery")
+    delivery.add_argument("--receipts", action=argparse.BooleanOptionalAction, default=False,
+                          help="ask for a RECEIPT for every SEND (or every COMMIT with transactions; default off)")
+    delivery.add_argument("--receipt-window", metavar="W", type=positive_int, default=1000,
+                          help="with --receipts: at most W unconfirmed messages per producer (default 1000)")
+    delivery.add_argument("--ack", choices=ACK_MODES, default="auto", help="consumers' ack mode (default auto)")
+    delivery.add_argument("--transaction-size", metavar="K", type=_non_negative_int, default=0,
+                          help="producers send in transactions of K messages (default 0: none)")
+    delivery.add_argument("--buffer-size", metavar="N", type=positive_int, default=1000,
+                          help="consumer buffer, and broker prefetch in the client ack modes (default 1000)")
+    out = p.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="write the complete result as JSON on stdout")
+    out.add_argument("--plot", metavar="FILE.png", help="write throughput and latency over time (needs matplotlib)")
+    out.add_argument("--interval", metavar="SECONDS", type=positive_float, default=1.0,
+                     help="timeline resolution (default 1)")
+    out.add_argument("--loop", choices=("asyncio", "uvloop", "trio"), default=None,
+                     help=f"event loop (default {_default_loop()}: uvloop when installed)")
+    add_common_options(p)
+    add_connection_options(p)
+    p.set_defaults(run=run_bench)
+
+
+def _loop_backend(name: Optional[str]) -> Tuple[str, Dict[str, Any]]:
+    name = name or _default_loop()
+    if name == "uvloop":
+        if importlib.util.find_spec("uvloop") is None:
+            raise UsageError("--loop uvloop: uvloop is not installed (pip install 'stompfast[uvloop]')")
+        return "asyncio", {"use_uvloop": True}
+    if name == "trio" and importlib.util.find_spec("trio") is None:
+        raise UsageError("--loop trio: trio is not installed (pip install 'stompfast[trio]')")
+    return name, {}
+
+
+def _describe(config: LoadConfig, destinations: Sequence[str]) -> str:
+    count, duration = config.limits()
+    limit = " or ".join(x for x in (
+        f"{count:,} messages" if count is not None else "",
+        f"{duration:g} s" if duration is not None else "",
+    ) if x)
+    size = len(config.body) if config.body is not None else config.size
+    pace = f"{config.rate:,.0f} msgs/s (open loop)" if config.rate else "as fast as possible (closed loop)"
+    extras = []
+    if config.receipts:
+        extras.append(f"receipts (window {config.receipt_window})")
+    if config.transaction_size:
+        extras.append(f"transactions of {config.transaction_size}")
+    if config.ack != "auto":
+        extras.append(f"ack {config.ack}")
+    if config.processes > 1:
+        extras.append(f"{config.processes} processes")
+    where = ", ".join(destinations) if destinations else "a fresh queue"
+    return (
+        f"{plural(config.producers, 'producer')}, {plural(config.consumers, 'consumer')},"
+        f" {size}-byte messages to {where}; {limit}, {pace}" + (f"; {', '.join(extras)}" if extras else "")
+    )
+
+
+def _fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        text = f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
+    else:
+        text = f"{value:,}"
+    return text + unit
+
+
+def _table_rows(result: LoadResult) -> List[Tuple[str, str]]:
+    c, r = result.counts, result.rates
+    lat = result.latency_us
+    rows = [
+        ("broker", f"{result.broker['url']}" + (" (in-process)" if result.broker["in_process"] else "")
+         + (f", {result.broker['server']}" if result.broker.get("server") else "")
+         + (f", STOMP {result.broker['stomp_version']}" if result.broker.get("stomp_version") else "")),
+        ("sent", f"{_fmt(c['sent'])}  ({_fmt(r['send_msgs_per_s'], ' msgs/s')}, {_fmt(r['send_mb_per_s'], ' MB/s')})"
+         + (f"  target {_fmt(float(r['target_msgs_per_s'] or 0), ' msgs/s')}" if r.get("target_msgs_per_s") else "")),
+        ("confirmed", _fmt(c["confirmed"]) if result.config.receipts else "- (no receipts asked)"),
+        ("received", f"{_fmt(c['received'])} of {_fmt(c['expected'])} expected"
+         f"  ({_fmt(r['receive_msgs_per_s'], ' msgs/s')})"),
+        ("duplicates / missing", f"{_fmt(c['duplicates'])} / {_fmt(c['missing'])}"),
+        ("errors", _fmt(c["errors"])),
+    ]
+    if c["unexpected"]:
+        rows.append(("unexpected", _fmt(c["unexpected"])))
+    if c["warmup_sent"]:
+        rows.append(("warm-up (excluded)", f"{_fmt(c['warmup_sent'])} sent, {_fmt(c['warmup_received'])} received"))
+    if lat:
+        rows.append(("latency", "  ".join(f"{k} {_ms(lat[k])}" for k in ("p50", "p90", "p99", "p99.9", "max"))))
+    if result.send_lag_us:
+        lag = result.send_lag_us
+        rows.append(("send lag (behind schedule)", "  ".join(f"{k} {_ms(lag[k])}" for k in ("p50", "p99", "max"))))
+    return rows
+
+
+def _ms(us: float) -> str:
+    if us < 1000:
+        return f"{us:,.0f} us"
+    return f"{us / 1000:,.2f} ms" if us < 100_000 else f"{us / 1000:,.0f} ms"
+
+
+def _print_table(result: LoadResult, title: str) -> None:
+    rows = _table_rows(result)
+    console = None
+    if isatty(sys.stdout):
+        try:
+            from rich.console import Console
+            from rich.table import Table
+        except ImportError:
+            pass
+        else:
+            console = Console(highlight=False)
+    if console is not None:
+        table = Table(title=title, show_header=False, title_justify="left")
+        table.add_column(style="bold")
+        table.add_column()
+        for name, value in rows:
+            table.add_row(name, value)
+        console.print(table)
+        return
+    width = max(len(name) for name, _ in rows)
+    print(title)
+    for name, value in rows:
+        print(f"  {name.ljust(width)}  {value}")
+    sys.stdout.flush()
+
+
+def _progress_line(p: Progress) -> str:
+    if p.phase == "connecting":
+        return "connecting and subscribing..."
+    expected = f" of {p.expected:,}" if p.expected is not None else ""
+    text = (
+        f"{p.elapsed:6.1f} s  sent {p.sent:,} ({p.send_rate:,.0f}/s)  received {p.received:,}{expected}"
+        f" ({p.receive_rate:,.0f}/s)  errors {p.errors}"
+    )
+    return text + ("  draining" if p.phase == "draining" else "")
+
+
+def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
+    """``stompfast bench``: run the load, print the result, exit 0 (clean) or 1 (lost messages, errors)."""
+    import json
+
+    try:
+        histogram_class()
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(PLOT_HINT)
+    if args.size is not None and args.body_file is not None:
+        raise UsageError("give --size or --body-file, not both")
+    env_url = os.environ.get(ENV_URL) or None
+    in_process = not args.url and not env_url
+    conn = Connection(args)
+    ctx["secrets"] = conn.secrets
+    if not in_process:
+        ctx["url"] = conn.url
+    body = None
+    if args.body_file is not None:
+        try:
+            with open(args.body_file, "rb") as f:
+                body = f.read()
+        except OSError as exc:
+            raise Failure(f"cannot read {args.body_file}: {exc.strerror or exc}") from exc
+    warmup, warmup_messages = args.warmup
+    config = LoadConfig(
+        url=None if in_process else (args.url or env_url),
+        login=conn.login,
+        passcode=conn.passcode,
+        virtual_host=conn.vhost,
+        versions=conn.versions,
+        heart_beat=conn.heart_beat,
+        connect_timeout=conn.connect_timeout,
+        producers=args.producers,
+        consumers=args.consumers,
+        processes=args.processes,
+        destinations=tuple(args.destinations),
+        size=args.size if args.size is not None else 100,
+        body=body,
+        headers=dict(args.headers) or None,
+        count=args.count,
+        duration=args.duration,
+        rate=args.rate,
+        receipts=args.receipts,
+        receipt_window=args.receipt_window,
+        ack=args.ack,
+        transaction_size=args.transaction_size,
+        buffer_size=args.buffer_size,
+        warmup=warmup,
+        warmup_messages=warmup_messages,
+        interval=args.interval,
+        drain_timeout=args.drain_timeout,
+    )
+    try:
+        config.validate()
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from None
+    backend, backend_options = _loop_backend(args.loop)
+    status = Status(args.quiet)
+    target = "the in-process broker" if in_process else conn.url
+    status.info(f"stompfast bench: {_describe(config, config.destinations)}; against {target}", "dim")
+
+    latest: List[Progress] = [Progress("connecting", 0.0)]
+    plain = not args.quiet and status.console is None
+    printed = [0.0]  # the first line after a second
+
+    def on_progress(p: Progress) -> None:
+        latest[0] = p
+        if plain and p.phase != "connecting" and p.elapsed - printed[0] >= 1.0:
+            printed[0] = p.elapsed
+            print(_progress_line(p), file=sys.stderr, flush=True)
+
+    with status.live(lambda: _progress_line(latest[0]), to_stdout=False):
+        result = run(config, on_progress, backend=backend, backend_options=backend_options)
+    if args.json:
+        print(json.dumps(_masked(result.to_dict(), conn.secrets), indent=2, allow_nan=False), flush=True)
+    else:
+        _print_table(result, "stompfast bench: " + _describe(config, result.broker["destinations"]))
+    if args.plot:
+        try:
+            write_plot(result, args.plot)
+        except OSError as exc:
+            raise Failure(f"cannot write {args.plot}: {exc.strerror or exc}") from exc
+        status.info(f"plot written to {args.plot}", "dim")
+    for warning in result.warnings:
+        status.info(f"warning: {mask(warning, conn.secrets)}", "yellow")
+    c = result.counts
+    if result.ok:
+        status.info(
+            f"OK: {c['sent']:,} sent, {c['received']:,} received"
+            + (", every message exactly once" if config.consumers else "")
+            + (", all confirmed" if config.receipts else "") + ", no errors",
+            "green",
+        )
+        return EXIT_OK
+    text = "; ".join(mask(p, conn.secrets) for p in result.problems)
+    print(f"stompfast bench: FAILED: {one_line(text, 1000)}", file=sys.stderr, flush=True)
+    return EXIT_FAILURE
+
+
+def _masked(data: Any, secrets: Sequence[str]) -> Any:
+    """``data`` with every string passed through :func:`stompfast.cli.common.mask` (error texts may quote URLs)."""
+    if isinstance(data, str):
+        return mask(data, secrets)
+    if isinstance(data, dict):
+        return {k: _masked(v, secrets) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_masked(v, secrets) for v in data]
+    return data

@@ -1,0 +1,218 @@
+"""What a run is asked to do and what it reports: :class:`LoadConfig`, :class:`Progress`, :class:`LoadResult`.
+
+Also the headers every generated message carries and :func:`is_fanout`, the one rule
+of which destinations give every consumer a copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..cli.common import mask
+from ..errors import ConfigurationError
+
+
+#: The headers every generated message carries.
+H_PRODUCER, H_SEQ, H_TS, H_WARMUP = "sf-producer", "sf-seq", "sf-ts", "sf-w"
+
+#: Defaults when neither a count nor a duration is given: whichever comes first.
+DEFAULT_COUNT = 100_000
+DEFAULT_DURATION = 10.0
+
+_FANOUT_PREFIXES = ("/topic/", "/exchange/")
+ACK_MODES = ("auto", "client", "client-individual")
+
+
+def is_fanout(destination: str) -> bool:
+    """True when every subscriber gets its own copy (``/topic/...``, RabbitMQ ``/exchange/...``)."""
+    return destination.startswith(_FANOUT_PREFIXES)
+
+
+@dataclasses.dataclass
+class LoadConfig:
+    """What to run. Every field has a default: ``LoadConfig()`` is the ``stompfast bench`` default.
+
+    Connection: ``url`` (``None``: start the in-process test broker on a free loopback
+    port), ``login``, ``passcode``, ``virtual_host``, ``versions``, ``heart_beat``,
+    ``connect_timeout`` as for :class:`~stompfast.AsyncClient` (keywords win over the URL).
+
+    Shape: ``producers`` and ``consumers`` connections, spread over ``processes``
+    worker processes (1: all in the caller's event loop). ``destinations`` are used
+    round-robin by each producer; every consumer subscribes to each of them
+    (``/topic/`` and ``/exchange/`` ones deliver a copy to every consumer). Default:
+    one fresh queue ``/queue/stompfast-bench-<random>``.
+
+    Messages: ``size`` bytes (``body`` overrides), extra ``headers``; stop after
+    ``count`` messages in total or ``duration`` seconds, whichever comes first
+    (neither: 100,000 or 10 s). ``rate``: total messages per second, open loop;
+    ``None``: closed loop, as fast as possible.
+
+    Delivery: ``receipts`` (each SEND asks for a RECEIPT, at most ``receipt_window``
+    outstanding per producer), ``ack`` mode of the consumers, ``transaction_size``
+    (0: none; else producers send in transactions of that many messages, committed
+    with a receipt when ``receipts``), ``buffer_size`` (consumer buffer and, in the
+    client ack modes, broker prefetch).
+
+    Measurement: ``warmup`` seconds and/or ``warmup_messages`` (total) are sent and
+    counted but kept out of latency and rates; ``interval`` is the timeline's
+    resolution; ``drain_timeout``: after the producers stop, give up waiting for
+    missing messages once nothing new arrived for that long.
+    """
+
+    url: Optional[str] = None
+    login: Optional[str] = None
+    passcode: Optional[str] = None
+    virtual_host: Optional[str] = None
+    versions: Optional[Tuple[str, ...]] = None
+    heart_beat: Tuple[int, int] = (10000, 10000)
+    connect_timeout: float = 10.0
+    producers: int = 1
+    consumers: int = 1
+    processes: int = 1
+    destinations: Tuple[str, ...] = ()
+    size: int = 100
+    body: Optional[bytes] = None
+    headers: Optional[Dict[str, str]] = None
+    count: Optional[int] = None
+    duration: Optional[float] = None
+    rate: Optional[float] = None
+    receipts: bool = False
+    receipt_window: int = 1000
+    ack: str = "auto"
+    transaction_size: int = 0
+    buffer_size: int = 1000
+    warmup: float = 0.0
+    warmup_messages: int = 0
+    interval: float = 1.0
+    drain_timeout: float = 5.0
+
+    def validate(self) -> None:
+        """Raise :class:`~stompfast.ConfigurationError` (a ValueError) for a value that cannot work."""
+
+        def positive_int(name: str, value: Any, minimum: int = 1) -> None:
+            if type(value) is not int or value < minimum:
+                raise ConfigurationError(f"{name} must be an int >= {minimum}, not {value!r}")
+
+        def positive_number(name: str, value: Any, allow_zero: bool = False) -> None:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            if not ok or value < 0 or (value == 0 and not allow_zero):
+                raise ConfigurationError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} number,"
+                                         f" not {value!r}")
+
+        positive_int("producers", self.producers)
+        positive_int("consumers", self.consumers, 0)
+        positive_int("processes", self.processes)
+        positive_int("size", self.size, 0)
+        positive_int("receipt_window", self.receipt_window)
+        positive_int("transaction_size", self.transaction_size, 0)
+        positive_int("buffer_size", self.buffer_size)
+        positive_int("warmup_messages", self.warmup_messages, 0)
+        if self.count is not None:
+            positive_int("count", self.count)
+        for name in ("duration", "rate", "interval", "drain_timeout", "connect_timeout"):
+            value = getattr(self, name)
+            if value is not None:
+                positive_number(name, value)
+        positive_number("warmup", self.warmup, allow_zero=True)
+        if self.ack not in ACK_MODES:
+            raise ConfigurationError(f"ack must be one of {', '.join(ACK_MODES)}, not {self.ack!r}")
+        if self.body is not None and not isinstance(self.body, (bytes, bytearray)):
+            raise ConfigurationError("body must be bytes")
+        for destination in self.destinations:
+            if not isinstance(destination, str) or not destination:
+                raise ConfigurationError(f"a destination must be a non-empty str, not {destination!r}")
+        if self.count is not None and self.count < self.producers:
+            raise ConfigurationError(
+                f"count ({self.count}) must be at least the number of producers ({self.producers})"
+            )
+
+    def limits(self) -> Tuple[Optional[int], Optional[float]]:
+        """The ``(count, duration)`` in force: both default (100,000 or 10 s) when neither is set."""
+        if self.count is None and self.duration is None:
+            return DEFAULT_COUNT, DEFAULT_DURATION
+        return self.count, self.duration
+
+    def public_dict(self) -> Dict[str, Any]:
+        """The configuration for a report: no passcode, the URL's passcode masked, the body's size only."""
+        data = dataclasses.asdict(self)
+        data.pop("passcode")
+        data["passcode_set"] = self.passcode is not None
+        data["url"] = mask(self.url) if self.url else None
+        body = data.pop("body")
+        data["body_bytes"] = len(body) if body is not None else None
+        data["destinations"] = list(self.destinations)
+        data["versions"] = list(self.versions) if self.versions else None
+        data["heart_beat"] = list(self.heart_beat)
+        count, duration = self.limits()
+        data["count_in_force"], data["duration_in_force"] = count, duration
+        return data
+
+
+@dataclasses.dataclass
+class Progress:
+    """A live snapshot, handed to the ``progress`` callback of :func:`run_load` a few times a second."""
+
+    phase: str  # "connecting", "running", "draining"
+    elapsed: float  # seconds since the producers started (0 before)
+    sent: int = 0
+    confirmed: int = 0
+    received: int = 0
+    expected: Optional[int] = None  # known once the producers are done
+    errors: int = 0
+    send_rate: float = 0.0  # messages/s over about the last second
+    receive_rate: float = 0.0
+    target_rate: Optional[float] = None
+
+
+@dataclasses.dataclass
+class LoadResult:
+    """The outcome of a run; :meth:`to_dict` is the JSON document ``stompfast bench --json`` writes.
+
+    ``ok`` is True when nothing was lost, duplicated or refused and no error happened;
+    ``problems`` says what went wrong otherwise, ``warnings`` what is worth knowing.
+    ``counts``: sent, confirmed, expected, received, distinct, duplicates, missing,
+    unexpected, errors, warmup_sent, warmup_received. ``rates``: messages/s and MB/s.
+    ``latency_us`` and ``send_lag_us``: count, min, mean, stddev, p50, p90, p99, p99.9,
+    p99.99, max (``send_lag_us`` in fixed-rate mode only: actual minus intended send
+    time). ``histogram``: the merged HdrHistogram of end-to-end latency (microseconds).
+    """
+
+    config: LoadConfig
+    ok: bool
+    problems: List[str]
+    warnings: List[str]
+    counts: Dict[str, int]
+    rates: Dict[str, Optional[float]]
+    latency_us: Optional[Dict[str, float]]
+    send_lag_us: Optional[Dict[str, float]]
+    timeline: List[Dict[str, Any]]
+    errors: List[str]
+    broker: Dict[str, Any]
+    versions: Dict[str, Any]
+    machine: Dict[str, Any]
+    started_at: str
+    elapsed: float
+    histogram: Any = dataclasses.field(default=None, repr=False)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """A JSON-ready dict (``schema: "stompfast.loadgen/1"``)."""
+        return {
+            "schema": "stompfast.loadgen/1",
+            "ok": self.ok,
+            "problems": list(self.problems),
+            "warnings": list(self.warnings),
+            "started_at": self.started_at,
+            "elapsed_s": round(self.elapsed, 6),
+            "config": self.config.public_dict(),
+            "broker": dict(self.broker),
+            "counts": dict(self.counts),
+            "rates": dict(self.rates),
+            "latency_us": self.latency_us,
+            "send_lag_us": self.send_lag_us,
+            "timeline": list(self.timeline),
+            "errors": list(self.errors),
+            "versions": dict(self.versions),
+            "machine": dict(self.machine),
+        }

@@ -1,0 +1,71 @@
+"""Planning: a run's producers and consumers spread over its workers (:func:`plan_workers`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import List, Optional
+
+from .config import LoadConfig, is_fanout
+
+
+@dataclasses.dataclass
+class ProducerSpec:
+    index: int
+    key: str  # the sf-producer header value: "<run id>.<index>"
+    quota: Optional[int]  # messages to send at most (None: until the duration ends)
+    rate: Optional[float]  # this producer's messages/s (open loop) or None
+    phase: float  # open loop: intended time of message i is t0 + (i + phase) / rate
+    first_destination: int
+    warmup_messages: int
+
+
+@dataclasses.dataclass
+class WorkerSpec:
+    worker: int
+    config: LoadConfig
+    url: str
+    destinations: List[str]
+    fanout: List[bool]
+    producers: List[ProducerSpec]
+    consumers: List[int]
+    all_producer_keys: List[str]
+    body: bytes
+
+
+def split_evenly(total: int, parts: int) -> List[int]:
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def plan_workers(config: LoadConfig, url: str, destinations: List[str], run_id: str) -> List[WorkerSpec]:
+    count, _ = config.limits()
+    n, m = config.producers, config.consumers
+    workers = max(1, min(config.processes, n + m))
+    quotas: List[Optional[int]] = list(split_evenly(count, n)) if count is not None else [None] * n
+    warm = split_evenly(config.warmup_messages, n)
+    body = bytes(config.body) if config.body is not None else b"x" * config.size
+    producers = [
+        ProducerSpec(
+            index=p,
+            key=f"{run_id}.{p}",
+            quota=quotas[p],
+            rate=config.rate / n if config.rate else None,
+            phase=p / n,
+            first_destination=p % len(destinations),
+            warmup_messages=warm[p],
+        )
+        for p in range(n)
+    ]
+    keys = [ps.key for ps in producers]
+    specs = [
+        WorkerSpec(w, config, url, destinations, [is_fanout(d) for d in destinations], [], [], keys, body)
+        for w in range(workers)
+    ]
+    for ps in producers:
+        specs[ps.index % workers].producers.append(ps)
+    for c in range(m):  # consumers fill the workers from the other end: producers and consumers apart
+        specs[(workers - 1 - c) % workers].consumers.append(c)
+    return [s for s in specs if s.producers or s.consumers]
+
+
+def group_name(d: int, fanout: bool, consumer: int) -> str:
+    return f"t{d}.{consumer}" if fanout else f"q{d}"

@@ -1,0 +1,321 @@
+"""One worker: its consumer and producer connections as tasks of one event loop, driven by the coordinator.
+
+The phases and messages it goes through are described in :mod:`stompfast.loadgen`.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import AsyncExitStack
+from typing import Any, Dict, List, Optional, Tuple
+
+import anyio
+
+from .config import H_PRODUCER, H_SEQ, H_TS, H_WARMUP
+from .histogram import COUNTS_LEN, HALF_COUNT, HALF_MAGNITUDE, SHIFT, SUB_MASK, new_histogram
+from .plan import WorkerSpec, group_name
+from .producer import ProducerState, send_all
+from .timeline import Recorder, max_present, min_present
+
+
+TICK = 0.05  # seconds between a worker's progress reports / the coordinator's checks
+
+
+class SubState:
+    __slots__ = ("group", "seen", "received", "distinct", "unexpected", "warmup", "measured", "first", "last")
+
+    def __init__(self, group: str, seen: Dict[str, bytearray]) -> None:
+        self.group = group
+        self.seen = seen  # producer key -> bitmap of sf-seq values (shared by a queue's consumers)
+        self.received = self.distinct = self.unexpected = self.warmup = self.measured = 0
+        self.first: Optional[int] = None
+        self.last: Optional[int] = None
+
+
+class Worker:
+    """One worker: its producers and consumers as tasks of one event loop, driven through ``link``."""
+
+    def __init__(self, spec: WorkerSpec, link: Any) -> None:
+        self.spec = spec
+        self.link = link
+        self.config = spec.config
+        self.errors: List[str] = []
+        self.error_count = 0
+        self.producers = [ProducerState(ps, len(spec.destinations)) for ps in spec.producers]
+        self.groups: Dict[str, Dict[str, bytearray]] = {}
+        self.subs: List[Tuple[Any, SubState]] = []
+        self.recorder: Optional[Recorder] = None
+        self.consumers_alive = 0
+        self.stopping = False
+        self.info: Dict[str, Any] = {}
+
+    def _error(self, text: str) -> None:
+        self.error_count += 1
+        if self.recorder is not None:
+            self.recorder.errors += 1
+        if len(self.errors) < 20:
+            self.errors.append(text)
+
+    def _client(self) -> Any:
+        from .._client import AsyncClient
+
+        c = self.config
+        kwargs: Dict[str, Any] = {}
+        if c.versions:
+            kwargs["versions"] = c.versions
+        return AsyncClient(
+            self.spec.url, login=c.login, passcode=c.passcode, virtual_host=c.virtual_host,
+            heart_beat=c.heart_beat, connect_timeout=c.connect_timeout, reconnect=False, **kwargs,
+        )
+
+    async def run(self) -> None:
+        spec = self.spec
+        async with AsyncExitStack() as stack:
+            try:
+                for c in spec.consumers:
+                    client = await stack.enter_async_context(self._client())
+                    self.info.setdefault("server", client.server)
+                    self.info.setdefault("version", client.version)
+                    for d, destination in enumerate(spec.destinations):
+                        group = group_name(d, spec.fanout[d], c)
+                        seen = self.groups.get(group)
+                        if seen is None:
+                            seen = self.groups[group] = {key: bytearray() for key in spec.all_producer_keys}
+                        sub = await stack.enter_async_context(
+                            client.subscribe(destination, ack=self.config.ack, buffer_size=self.config.buffer_size)
+                        )
+                        self.subs.append((sub, SubState(group, seen)))
+                clients = []
+                for _ in self.producers:
+                    client = await stack.enter_async_context(self._client())
+                    self.info.setdefault("server", client.server)
+                    self.info.setdefault("version", client.version)
+                    clients.append(client)
+            except Exception as exc:
+                self.link.put(("fatal", exc))
+                return
+            self.link.put(("ready", dict(self.info)))
+            t0 = await self._wait_for_go()
+            if t0 is None:
+                return
+            self.recorder = Recorder(t0, int(self.config.interval * 1e9))
+            delay = (t0 - time.time_ns()) / 1e9
+            if delay > 0:
+                await anyio.sleep(delay)
+            async with anyio.create_task_group() as tg:
+                consumers = anyio.CancelScope()
+                producers = anyio.CancelScope()
+                tg.start_soon(self._consumers, consumers)
+                tg.start_soon(self._producers, producers, clients, t0)
+                tg.start_soon(self._reporter, consumers, producers)
+            for sub, st in self.subs:  # what arrived before the stop still counts
+                try:
+                    while sub.pending:
+                        batch = await sub.receive_batch(self.config.buffer_size)
+                        self._take(st, batch, time.time_ns())
+                        await self._ack(batch)
+                except Exception:
+                    pass
+            self.recorder.close()
+            final = self._final()
+            try:
+                # each client bounds its own DISCONNECT wait (shielded); no scope may wrap
+                # this: the clients' task groups were entered before it
+                await stack.aclose()
+            except Exception as exc:  # DISCONNECT trouble is worth a line, not a failure of the run
+                final["close_warning"] = f"closing connections: {exc!r}"
+            self.link.put(("final", final))
+
+    async def _wait_for_go(self) -> Optional[int]:
+        while True:
+            for message in self.link.poll():
+                if message[0] == "go":
+                    return message[1]
+                if message[0] in ("stop", "abort"):
+                    return None
+            await anyio.sleep(0.002)
+
+    async def _reporter(self, consumers: anyio.CancelScope, producers: anyio.CancelScope) -> None:
+        rec = self.recorder
+        assert rec is not None
+        while True:
+            await anyio.sleep(TICK)
+            now = time.time_ns()
+            if now >= rec.next_boundary:
+                rec.roll(now)
+            stop = False
+            for message in self.link.poll():
+                if message[0] in ("stop", "abort"):
+                    stop = True
+            if stop:
+                producers.cancel()
+                consumers.cancel()
+                return
+            self.link.put(("progress", self._snapshot()))
+
+    def _snapshot(self) -> Dict[str, Any]:
+        rec = self.recorder
+        by_dest = [0] * len(self.spec.destinations)
+        for ps in self.producers:
+            for d, n in enumerate(ps.by_dest):
+                by_dest[d] += n
+        return {
+            "sent": sum(ps.sent for ps in self.producers),
+            "sent_by_dest": by_dest,
+            "confirmed": sum(ps.confirmed for ps in self.producers),
+            "received": sum(st.received for _, st in self.subs),
+            "distinct": sum(st.distinct for _, st in self.subs),
+            "errors": self.error_count,
+            "producers_done": all(ps.done for ps in self.producers),
+            "consumers_alive": self.consumers_alive,
+            "intervals": rec.take() if rec is not None else [],
+        }
+
+    def _final(self) -> Dict[str, Any]:
+        snap = self._snapshot()
+        per_group: Dict[str, int] = {}
+        for _, st in self.subs:
+            per_group[st.group] = per_group.get(st.group, 0) + st.received - st.unexpected
+        lag = None
+        for ps in self.producers:
+            if ps.lag is not None and ps.lag.get_total_count():
+                if lag is None:
+                    lag = new_histogram()
+                lag.add(ps.lag)
+        times = {
+            "send_first": min_present(ps.first for ps in self.producers),
+            "send_last": max_present(ps.last for ps in self.producers),
+            "receive_first": min_present(st.first for _, st in self.subs),
+            "receive_last": max_present(st.last for _, st in self.subs),
+        }
+        snap.update(
+            sent_by={ps.spec.key: list(ps.by_dest) for ps in self.producers},
+            measured_sent=sum(ps.measured for ps in self.producers),
+            warmup_sent=sum(ps.warmup_sent for ps in self.producers),
+            measured_received=sum(st.measured for _, st in self.subs),
+            warmup_received=sum(st.warmup for _, st in self.subs),
+            unexpected=sum(st.unexpected for _, st in self.subs),
+            received_by_group=per_group,
+            seen={group: {key: bytes(bm) for key, bm in seen.items() if bm} for group, seen in self.groups.items()},
+            lag=lag.encode() if lag is not None else None,
+            error_texts=list(self.errors),
+            times=times,
+        )
+        return snap
+
+    # -- consumers ------------------------------------------------------------------------
+
+    async def _consumers(self, scope: anyio.CancelScope) -> None:
+        with scope:
+            async with anyio.create_task_group() as tg:
+                for sub, st in self.subs:
+                    self.consumers_alive += 1
+                    tg.start_soon(self._consume, sub, st)
+
+    async def _consume(self, sub: Any, st: SubState) -> None:
+        receive_batch = sub.receive_batch
+        take, ack = self._take, self._ack
+        time_ns = time.time_ns
+        n = self.config.buffer_size
+        acking = self.config.ack != "auto"
+        try:
+            while True:
+                batch = await receive_batch(n)
+                take(st, batch, time_ns())
+                if acking:
+                    await ack(batch)
+        except Exception as exc:
+            self._error(f"consumer of {sub.destination}: {type(exc).__name__}: {exc}")
+        finally:
+            self.consumers_alive -= 1
+
+    def _take(self, st: SubState, batch: List[Any], now: int) -> None:
+        """Count one batch of messages received at ``now`` (wall ns): the consumers' hot path."""
+        rec = self.recorder
+        assert rec is not None
+        if now >= rec.next_boundary:
+            rec.roll(now)
+        counts = rec.counts
+        seen = st.seen
+        distinct = unexpected = warm = 0
+        for message in batch:
+            # Frame is a tuple (command, headers dict, body, repeats): frames.py documents it
+            h = message.frame[1]
+            bitmap = seen.get(h.get(H_PRODUCER))
+            if bitmap is None:
+                unexpected += 1
+                continue
+            try:
+                seq = int(h[H_SEQ])
+                ts = int(h[H_TS])
+            except (KeyError, ValueError):
+                unexpected += 1
+                continue
+            i = seq >> 3
+            bit = 1 << (seq & 7)
+            if i >= len(bitmap):
+                if seq < 0:
+                    unexpected += 1
+                    continue
+                bitmap.extend(bytes(i + 1 - len(bitmap) + 4096))
+            if not bitmap[i] & bit:
+                bitmap[i] |= bit
+                distinct += 1
+            if H_WARMUP in h:
+                warm += 1
+                continue
+            latency = (now - ts) // 1000
+            if latency < 0:  # a clock step: count it as no delay at all
+                latency = 0
+            # latency_index, inlined
+            b = (latency | SUB_MASK).bit_length() - SHIFT
+            try:
+                counts[((b + 1) << HALF_MAGNITUDE) + (latency >> b) - HALF_COUNT] += 1
+            except IndexError:  # beyond an hour: clamp into range
+                counts[COUNTS_LEN - 1] += 1
+        n = len(batch)
+        st.received += n
+        st.distinct += distinct
+        st.unexpected += unexpected
+        st.warmup += warm
+        measured = n - unexpected - warm
+        if measured:
+            st.measured += measured
+            if st.first is None:
+                st.first = now
+            st.last = now
+        rec.received += n
+        rec.warmup += warm
+        rec.recorded += measured
+
+    async def _ack(self, batch: List[Any]) -> None:
+        if self.config.ack == "client":
+            await batch[-1].ack()  # cumulative
+        elif self.config.ack == "client-individual":
+            for message in batch:
+                await message.ack()
+
+    # -- producers ------------------------------------------------------------------------
+
+    async def _producers(self, scope: anyio.CancelScope, clients: List[Any], t0: int) -> None:
+        with scope:
+            async with anyio.create_task_group() as tg:
+                for ps, client in zip(self.producers, clients):
+                    tg.start_soon(self._produce, ps, client, t0)
+
+    async def _produce(self, ps: ProducerState, client: Any, t0: int) -> None:
+        try:
+            await send_all(ps, client, t0, self.spec, self.recorder)
+            with anyio.fail_after(max(30.0, self.config.drain_timeout)):
+                await client.aclose()  # DISCONNECT, confirmed: the broker has every frame before it
+            if not ps.spec.rate and ps.measured:
+                # closed loop: "sent" means taken by the broker, not queued in our buffer
+                ps.last = time.time_ns()
+        except Exception as exc:
+            self._error(f"producer {ps.spec.index}: {type(exc).__name__}: {exc}")
+        finally:
+            ps.done = True
+
+
+async def worker_main(spec: WorkerSpec, link: Any) -> None:
+    await Worker(spec, link).run()
