@@ -60,6 +60,7 @@ import sniffio
 
 from ._common import RETRYABLE, body_bytes, conn_log, copy_error, where
 from ._config import Endpoint, check_positive
+from ._framelog import FrameLog
 from ._inbox import Inbox
 from ._link import Link
 from ._options import ClientOptions
@@ -197,6 +198,7 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session):
         self._watching = False  # a liveness watch runs: note when we last read
         self._push = False  # asyncio: frames are dispatched from data_received, no reader task
         self._push_transport: Optional[PushTransport] = None  # the transport, when it is a push one
+        self._frames: Optional[FrameLog] = None  # this connection's frame log (stompfast.frames at DEBUG)
         self._stall_handle: Any = None
         self._writing = False  # the writer task is inside transport.send
         # reconnecting
@@ -460,6 +462,13 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session):
         if self._push:
             self._unpause()
             self._push_transport.close_now()  # type: ignore[union-attr]
+
+    def _log_frames(self, direction: str, data: bytes) -> None:
+        """(Only with ``stompfast.frames`` at DEBUG: see :mod:`._framelog`.) Log the frames of ``data``."""
+        frames = self._frames
+        if frames is None:  # logging turned on in the middle of this connection
+            frames = self._frames = FrameLog(f"{self.endpoint.host}:{self.endpoint.port}")
+        frames.feed(direction, data, self._protocol.version)
 
     def _check_open(self) -> None:
         if self._error is not None:

@@ -18,10 +18,12 @@ docs/architecture.md).
 
 from __future__ import annotations
 
+from logging import DEBUG
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 import anyio
 
+from ._framelog import frame_log
 from ._protocol import ErrorReceived, Message, ReceiptReceived, SessionState, StompProtocol
 from ._receipt import PendingReceipt
 from ._subscription import Inlet
@@ -69,6 +71,9 @@ class Inbox:
     endpoint: Any
 
     if TYPE_CHECKING:  # provided by the client's other parts
+
+        def _log_frames(self, direction: str, data: bytes) -> None:
+            raise NotImplementedError
 
         def _fail(self, error: BaseException) -> None:
             raise NotImplementedError
@@ -139,6 +144,8 @@ class Inbox:
                     )
                 if self._watching:
                     self._last_received = anyio.current_time()
+                if frame_log.isEnabledFor(DEBUG):
+                    self._log_frames("<", data)
                 try:
                     events = protocol.receive_data(data)
                 except RemoteProtocolError as exc:
@@ -218,6 +225,8 @@ class Inbox:
             return
         if self._watching:
             self._last_received = self._loop.time()
+        if frame_log.isEnabledFor(DEBUG):
+            self._log_frames("<", data)
         try:
             try:
                 events = self._protocol.receive_data(data)

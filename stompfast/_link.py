@@ -15,11 +15,13 @@ A mixin of the client (see docs/architecture.md).
 from __future__ import annotations
 
 import ssl as _ssl
+from logging import DEBUG
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 import anyio
 
 from ._config import Endpoint
+from ._framelog import FrameLog, frame_log
 from ._protocol import Connected, ErrorReceived, StompProtocol
 from ._receipt import PendingReceipt
 from ._subscription import Inlet
@@ -44,6 +46,7 @@ class Link:
     _receipts: Dict[str, PendingReceipt]
     _scopes: List[anyio.CancelScope]
     _link_alive: bool
+    _frames: Optional[FrameLog]
     endpoint: Endpoint
 
     if TYPE_CHECKING:  # provided by the client's other parts
@@ -101,6 +104,7 @@ class Link:
         confirmed every re-established subscription.
         """
         protocol = self._make_protocol(endpoint)
+        frames = FrameLog(f"{endpoint.host}:{endpoint.port}") if frame_log.isEnabledFor(DEBUG) else None
         transport: Any = None  # a Transport or an AsyncioTransport (one interface: the refactoring issue)
         try:
             leftover: List[Any] = []
@@ -118,8 +122,11 @@ class Link:
                         server_hostname=self._server_hostname,
                         websocket=websocket,
                     )
-                    await transport.send(protocol.connect())
-                    leftover = await self._await_connected(transport, protocol, endpoint)
+                    connect = protocol.connect()
+                    if frames is not None:
+                        frames.feed(">", connect)
+                    await transport.send(connect)
+                    leftover = await self._await_connected(transport, protocol, endpoint, frames)
             except TimeoutError as exc:
                 raise ConnectTimeout(
                     f"no CONNECTED from {endpoint.host}:{endpoint.port} within {self._connect_timeout:g} s"
@@ -153,6 +160,7 @@ class Link:
             self._transport = transport
             self._receipts = {}
         self.endpoint = endpoint
+        self._frames = frames
         self._scopes = []
         # each part starts over on the new connection, and starts its tasks
         self._attach_supervisor()
@@ -184,9 +192,13 @@ class Link:
                     ) from exc
                 raise
 
-    async def _await_connected(self, transport: Any, protocol: StompProtocol, endpoint: Endpoint) -> List[Any]:
+    async def _await_connected(
+        self, transport: Any, protocol: StompProtocol, endpoint: Endpoint, frames: Optional[FrameLog]
+    ) -> List[Any]:
         while True:
             data = await transport.receive(READ_SIZE)
+            if frames is not None:
+                frames.feed("<", data)
             if not data:
                 hint = "is this a STOMP port?"
                 if self._tls(endpoint) and not protocol.buffered:

@@ -18,12 +18,14 @@ and only reads those under "reads".
 
 from __future__ import annotations
 
+from logging import DEBUG
 from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Union
 
 import anyio
 import anyio.lowlevel
 
 from ._common import body_bytes
+from ._framelog import frame_log
 from ._protocol import Message, StompProtocol
 from ._receipt import PendingReceipt, Receipt
 from ._transport import AsyncioTransport, StompTransport
@@ -66,6 +68,9 @@ class Outbox:
     _scopes: List[anyio.CancelScope]
 
     if TYPE_CHECKING:  # provided by the client's other parts
+
+        def _log_frames(self, direction: str, data: bytes) -> None:
+            raise NotImplementedError
 
         def _check_open(self) -> None:
             raise NotImplementedError
@@ -120,7 +125,10 @@ class Outbox:
         """
         out = self._out
         if out and self._transport is not None and self._error is None:
-            if self._transport.try_write(out[0] if len(out) == 1 else b"".join(out)):
+            data = out[0] if len(out) == 1 else b"".join(out)
+            if self._transport.try_write(data):
+                if frame_log.isEnabledFor(DEBUG):
+                    self._log_frames(">", data)
                 out.clear()
                 self._out_bytes = 0
                 if self._drained is not None:
@@ -137,6 +145,8 @@ class Outbox:
         data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
         self._out_bytes = 0
+        if frame_log.isEnabledFor(DEBUG):
+            self._log_frames(">", data)
         await self._transport.send(data)
 
     def _write_now(self, data: bytes) -> bool:
@@ -144,6 +154,8 @@ class Outbox:
         transport = self._transport
         if transport is None or self._error is not None or not transport.try_write(data):
             return False
+        if frame_log.isEnabledFor(DEBUG):
+            self._log_frames(">", data)
         if self._beating:
             self._last_sent = self._clock()
         return True
@@ -203,6 +215,8 @@ class Outbox:
                 if self._drained is not None:
                     self._drained.set()
                     self._drained = None
+                if frame_log.isEnabledFor(DEBUG):
+                    self._log_frames(">", data)
                 try:
                     await transport.send(data)
                 finally:
@@ -323,6 +337,8 @@ class Outbox:
                 return None
             if self._beating:
                 self._last_sent = self._clock()
+        if frame_log.isEnabledFor(DEBUG):
+            self._log_frames(">", data)  # (after the write: the log takes a lock of its own)
         return receipt
 
     async def _send_receipted(self, data: bytes, receipt_id: str, wait: bool) -> Receipt:

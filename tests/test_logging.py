@@ -79,3 +79,37 @@ async def test_a_session_failing_without_reconnect_is_logged(caplog):
                     await anyio.sleep(0.01)
     assert any(lvl == logging.WARNING and m.startswith("connection to") and "failed" in m
                for _, lvl, m in _records(caplog))
+
+
+@pytest.mark.anyio
+async def test_frames_are_logged_at_debug_without_passcodes_or_whole_bodies(caplog):
+    from stompfast._framelog import BODY_PREVIEW
+
+    caplog.set_level(logging.DEBUG, logger="stompfast.frames")
+    body = b"B" * (BODY_PREVIEW * 4)
+    async with Broker() as broker:
+        async with AsyncClient(broker.url, login="guest", passcode="s3cret-pass", heart_beat=(0, 0)) as client:
+            async with client.subscribe("/queue/logged", ack="client-individual") as sub:
+                await client.send("/queue/logged", body, headers={"x-id": "7"}, receipt=True)
+                with anyio.fail_after(10):
+                    message = await sub.receive()
+                await message.ack(receipt=True)
+    lines = [m for name, _, m in _records(caplog) if name == "stompfast.frames"]
+    text = "\n".join(lines)
+    assert "s3cret-pass" not in text and "passcode:***" in text
+    sent = [m for m in lines if " > SEND " in m]
+    assert len(sent) == 1 and "x-id:7" in sent[0] and f"({len(body)} bytes: " in sent[0]
+    assert ("B" * (BODY_PREVIEW + 1)) not in text  # bodies never in full
+    for command in ("CONNECT", "SUBSCRIBE", "ACK", "DISCONNECT"):
+        assert any(f" > {command} " in m for m in lines), command
+    for command in ("CONNECTED", "MESSAGE", "RECEIPT"):
+        assert any(f" < {command} " in m for m in lines), command
+
+
+@pytest.mark.anyio
+async def test_frames_are_not_logged_below_debug(caplog):
+    caplog.set_level(logging.INFO, logger="stompfast")
+    async with Broker() as broker:
+        async with AsyncClient(broker.url, heart_beat=(0, 0)) as client:
+            await client.send("/queue/quiet", b"x", receipt=True)
+    assert not [r for r in caplog.records if r.name == "stompfast.frames"]
