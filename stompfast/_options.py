@@ -10,6 +10,7 @@ there (and in docs/client.md).
 """
 
 
+import difflib
 import inspect
 import ssl as _ssl
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
@@ -84,7 +85,11 @@ def resolve(options: Mapping[str, Any], owner: str) -> Dict[str, Any]:
     """``options`` over the defaults; an unknown name is a TypeError, as for any keyword argument."""
     unknown = [name for name in options if name not in DEFAULTS]
     if unknown:
-        raise TypeError(f"{owner}() got an unexpected keyword argument {unknown[0]!r}")
+        # heart_beat is spelt as the STOMP header (heart-beat); the rest say heartbeat: a common slip
+        close = difflib.get_close_matches(unknown[0].replace("heartbeat", "heart_beat"), list(DEFAULTS), n=1)
+        close = close or difflib.get_close_matches(unknown[0], list(DEFAULTS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise TypeError(f"{owner}() got an unexpected keyword argument {unknown[0]!r}{hint}")
     return {**DEFAULTS, **options}
 
 

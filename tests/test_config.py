@@ -205,3 +205,13 @@ async def test_a_percent_encoded_passcode_logs_in(char):
         url = f"stomp://gu%40st:{quote(passcode(char), safe='')}@127.0.0.1:{broker.port}/"
         async with AsyncClient(url, reconnect=False, heart_beat=(0, 0)) as client:
             assert client.is_connected
+
+
+@pytest.mark.parametrize("name, hint", [("heartbeat", "heart_beat"), ("heart_beat_tolerance", "heartbeat_tolerance"),
+                                        ("conect_timeout", "connect_timeout")])
+def test_a_misspelt_option_is_refused_with_the_name_it_was_probably_meant_to_be(name, hint):
+    from stompfast import AsyncClient, Client
+
+    for cls in (AsyncClient, Client):
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}' \\(did you mean '{hint}'\\?\\)"):
+            cls(**{name: 1})
