@@ -72,7 +72,7 @@ from ._protocol import SessionState
 from ._receipt import PendingReceipt, Receipt
 from ._session import Session
 from ._supervisor import Supervisor
-from ._subscription import Inlet
+from ._subscription import Inlet, LiveSession, SubscriptionOps
 from ._transaction import AsyncTransaction, SessionTransaction
 from ._transport import PushTransport, StompTransport, describe_error
 from .errors import ClientClosedError, ConfigurationError, ConnectionLostError, StompError
@@ -212,7 +212,8 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session):
         self._up_since = 0.0  # when the current session came up (anyio clock)
         #: how many times a lost session was re-established
         self.reconnects = 0
-        self._make_ops()
+        self._sub_ops: Optional[SubscriptionOps] = None
+        self._live = LiveSession()  # the session acks may go to (the subscriptions' fast stale test)
 
     @property
     def version(self) -> Optional[str]:
@@ -311,6 +312,7 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session):
         except BaseException:
             self._state = "closed"
             self._link_alive = False
+            self._live.protocol = None
             for scope in self._scopes:
                 scope.cancel()
             # The task group must be left outside any scope entered after it.
@@ -373,9 +375,8 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session):
             if self._error is None:
                 self._error = closed
             self._link_alive = False
-            for tx in list(self._transactions):
-                tx.connection_lost(self._error)
-            self._transactions.clear()
+            self._live.protocol = None
+            self._lose_transactions(self._error)
             for scope in self._scopes:
                 scope.cancel()
             if self._supervisor is not None:
@@ -433,12 +434,11 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session):
             conn_log.warning("connection to %s failed: %s", where(self.endpoint), describe_error(error))
         self._error = error
         self._link_alive = False
+        self._live.protocol = None
         self._fail_receipts(error)
         for sub in self._subs.values():
             sub.close(error)
-        for tx in list(self._transactions):
-            tx.connection_lost(error)
-        self._transactions.clear()
+        self._lose_transactions(error)
         self._stop_connection()
         if self._push:
             self._protocol.connection_lost()
@@ -467,7 +467,10 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session):
         """(Only with ``stompfast.frames`` at DEBUG: see :mod:`._framelog`.) Log the frames of ``data``."""
         frames = self._frames
         if frames is None:  # logging turned on in the middle of this connection
-            frames = self._frames = FrameLog(f"{self.endpoint.host}:{self.endpoint.port}")
+            with self._registry_lock:  # (send_from_thread logs from its thread)
+                frames = self._frames
+                if frames is None:
+                    frames = self._frames = FrameLog(f"{self.endpoint.host}:{self.endpoint.port}")
         frames.feed(direction, data, self._protocol.version)
 
     def _check_open(self) -> None:

@@ -48,9 +48,9 @@ class Resume:
 class Inbox:
     """Incoming frames: the reader, dispatch to inlets and receipt waiters, flow control (a part of AsyncClient)."""
 
-    # owns
+    # owns (the receipt registry: registered here, reset per connection by the link, written by
+    # send_from_thread under the registry lock)
     _receipts: Dict[str, PendingReceipt]
-    _subs: Dict[str, Inlet]
     _paused_on: Optional[Inlet]
     _stalled: bool
     _stall_handle: Any
@@ -59,6 +59,7 @@ class Inbox:
     _push: bool
     _push_transport: Optional[PushTransport]
     # reads
+    _subs: Dict[str, Inlet]
     _transport: Optional[StompTransport]
     _protocol: StompProtocol
     _error: Optional[BaseException]
@@ -81,6 +82,19 @@ class Inbox:
         def _background(self, coro: Any, name: str) -> None:
             raise NotImplementedError
 
+    def _drop_inbox(self) -> int:
+        """The link is lost: not paused any more; client-ack buffers dropped (the broker redelivers them,
+        and acking them on a new session would be wrong); return how many messages that was."""
+        self._paused_on = None
+        self._stalled = False
+        dropped = 0
+        for sub in self._subs.values():
+            if sub.ack_mode != "auto" and sub.messages:
+                dropped += len(sub.messages)
+                sub.messages.clear()
+            sub.space = None
+        return dropped
+
     def _attach_inbox(self, watch_ms: int, leftover: List[Any]) -> None:
         """A new connection: not paused, not stalled; the reader (push or pull) and the liveness watch."""
         self._paused_on = None
@@ -90,9 +104,9 @@ class Inbox:
         self._push_transport = None
         self._last_received = anyio.current_time()
         self._watching = bool(watch_ms)
-        self._start_reading(leftover)
-        if watch_ms:
+        if watch_ms:  # (before the reader: leftover bytes may end the link at once, and its scopes with it)
             self._background(self._liveness(watch_ms / 1000.0), "stompfast-liveness")
+        self._start_reading(leftover)
 
     async def _liveness(self, interval: float) -> None:
         limit = interval * self._heartbeat_tolerance
@@ -309,7 +323,7 @@ class Inbox:
         self._paused_on = sub
         try:
             while True:
-                # _space first, then the length: a thread that takes messages (the
+                # space first, then the length: a thread that takes messages (the
                 # blocking client) either sees the event or left room we see here
                 space = sub.space = anyio.Event()
                 if not (len(sub.messages) >= sub.pause_at and not sub.closed and self._error is None):

@@ -34,7 +34,7 @@ __all__ = ["Link"]
 class Link:
     """Opening and installing one connection (a part of AsyncClient)."""
 
-    # reads (and, when a connection is installed, resets)
+    # owns: the installed connection (_protocol, _transport, endpoint, _scopes, _frames); reads the options
     _protocol_options: Dict[str, Any]
     _ssl_option: Union[bool, _ssl.SSLContext, None]
     _server_hostname: Optional[str]
@@ -105,7 +105,7 @@ class Link:
         """
         protocol = self._make_protocol(endpoint)
         frames = FrameLog(f"{endpoint.host}:{endpoint.port}") if frame_log.isEnabledFor(DEBUG) else None
-        transport: Any = None  # a Transport or an AsyncioTransport (one interface: the refactoring issue)
+        transport: Any = None  # a StompTransport once open
         try:
             leftover: List[Any] = []
             websocket = None

@@ -137,17 +137,13 @@ def endpoints_and_policy(url: Any, o: Mapping[str, Any]) -> Tuple[List[Endpoint]
         raise ConfigurationError(f"reconnect must be a bool or a ReconnectPolicy, not {reconnect!r}")
     if failover:
         policy = ReconnectPolicy.from_failover_options(failover, policy)
-    if any(ep.websocket for ep in endpoints):
-        from ._websocket import require_wsproto
-
-        require_wsproto()
     return endpoints, policy
 
 
 def tls_options(
     ssl: Any, server_hostname: Any, endpoints: Sequence[Endpoint]
 ) -> Tuple[Union[bool, _ssl.SSLContext, None], Optional[str]]:
-    """The checked ``ssl=`` and ``server_hostname=`` options."""
+    """The checked ``ssl=`` and ``server_hostname=`` options (and wsproto, if a URL is a WebSocket one)."""
     if ssl is not None and not isinstance(ssl, (bool, _ssl.SSLContext)):
         raise ConfigurationError(f"ssl must be None, a bool or an ssl.SSLContext, not {type(ssl).__name__}")
     if server_hostname is not None:
@@ -155,4 +151,8 @@ def tls_options(
             raise ConfigurationError("server_hostname is for TLS connections (ssl=True or a stomp+ssl:// URL)")
         if not isinstance(server_hostname, str) or not server_hostname:
             raise ConfigurationError(f"server_hostname must be a non-empty str, not {server_hostname!r}")
+    if any(ep.websocket for ep in endpoints):
+        from ._websocket import require_wsproto
+
+        require_wsproto()
     return ssl, server_hostname

@@ -88,6 +88,13 @@ class Outbox:
                          content_type: Optional[str], receipt: bool) -> Any:
             raise NotImplementedError
 
+    def _drop_outbox(self) -> int:
+        """The link is lost: drop what was never written; return how many frames that was."""
+        dropped = sum(1 for data in self._out if data != b"\n")
+        self._out.clear()
+        self._out_bytes = 0
+        return dropped
+
     def _attach_outbox(self, transport: StompTransport, beat_ms: int) -> None:
         """A new connection: an empty queue, its write-through mark, the writer and heart-beat tasks."""
         self._out = []

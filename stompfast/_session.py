@@ -17,7 +17,7 @@ import anyio
 from ._common import body_bytes, log
 from ._protocol import Message, SessionState, StompProtocol
 from ._receipt import PendingReceipt
-from ._subscription import DEFAULT_BUFFER_SIZE, AsyncSubscription, Inlet, SubscriptionOps
+from ._subscription import DEFAULT_BUFFER_SIZE, AsyncSubscription, Inlet, LiveSession, SubscriptionOps
 from ._transaction import AsyncTransaction, SessionTransaction, TransactionOps
 from .errors import StaleMessageError, StompError
 
@@ -30,8 +30,8 @@ class Session:
     # owns
     _subs: Dict[str, Inlet]
     _transactions: Set[SessionTransaction]
-    _sub_ops: SubscriptionOps
-    _tx_ops: TransactionOps
+    _sub_ops: Optional[SubscriptionOps]
+    _live: LiveSession
     # reads
     _protocol: StompProtocol
     _error: Optional[BaseException]
@@ -62,11 +62,14 @@ class Session:
         def _queue_ack(self, message: Message) -> bool:
             raise NotImplementedError
 
-    def _make_ops(self) -> None:
-        """The narrow interfaces handed to subscriptions and transactions (once, at construction)."""
-        self._sub_ops = SubscriptionOps(self._subscribe, self._unsubscribe, self._ack, self._queue_ack,
-                                        self._check_ack)
-        self._tx_ops = TransactionOps(self._tx_begin, self._tx_send, self._tx_commit, self._tx_abort)
+    def _ops(self) -> SubscriptionOps:
+        """The narrow interface handed to subscriptions (made at the first one: a client that is never
+        used holds no reference to itself)."""
+        ops = self._sub_ops
+        if ops is None:
+            ops = self._sub_ops = SubscriptionOps(self._subscribe, self._unsubscribe, self._ack, self._queue_ack,
+                                                  self._check_ack, self._live)
+        return ops
 
     def subscribe(
         self,
@@ -92,7 +95,7 @@ class Session:
             id: the subscription id (default: a counter).
         """
         headers = dict(headers) if headers else None
-        return AsyncSubscription(self._sub_ops, destination, ack, headers, buffer_size, receipt, id)
+        return AsyncSubscription(self._ops(), destination, ack, headers, buffer_size, receipt, id)
 
     async def _subscribe(self, sub: Inlet) -> None:
         await self._ensure_open()
@@ -179,26 +182,27 @@ class Session:
         BEGIN on entry; COMMIT on normal exit (confirmed by a receipt unless
         ``receipt=False``); ABORT on an exception or cancellation.
         """
-        return SessionTransaction(self._tx_ops, receipt)
+        ops = TransactionOps(self._tx_begin, self._tx_send, self._tx_commit, self._tx_abort)
+        return SessionTransaction(ops, receipt)
 
     def _check_ack(self, message: Message, inlet: Inlet) -> None:
-        if (
-            message.owner is inlet.owner
-            and message.session is self._protocol
-            and self._link_alive
-            and not inlet.closed
-            and inlet.ack_mode != "auto"
-            and message.ack_id is not None
-        ):
-            return  # the common case, a message of this live session (one test instead of building the ACK)
         self._check_stale("ACK", message)
         self._protocol.check_ack(message)
 
     # -- transactions (TransactionOps) ----------------------------------------------
 
+    def _lose_transactions(self, error: BaseException) -> int:
+        """The session ended: every open transaction was aborted by the broker; tell them; return how many."""
+        transactions = list(self._transactions)
+        self._transactions.clear()
+        for tx in transactions:
+            tx.connection_lost(error)
+        return len(transactions)
+
     async def _tx_begin(self, tx: AsyncTransaction) -> str:
         await self._ensure_open()
         data, tx_id, _ = self._protocol.begin()
+        tx.id = tx_id  # (set before the write, which may raise)
         await self._write(data)
         if isinstance(tx, SessionTransaction):  # (always: this client made it)
             self._transactions.add(tx)

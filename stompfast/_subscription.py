@@ -34,7 +34,7 @@ from ._common import copy_error
 from ._protocol import Message
 from .errors import ClientClosedError, ConfigurationError
 
-__all__ = ["AsyncSubscription", "DEFAULT_BUFFER_SIZE", "Inlet", "LOOP_CHECK_INTERVAL", "SubscriptionOps",
+__all__ = ["AsyncSubscription", "DEFAULT_BUFFER_SIZE", "Inlet", "LiveSession", "LOOP_CHECK_INTERVAL", "SubscriptionOps",
            "ThreadHandoff", "WaitTimeout"]
 
 #: Messages a subscription buffers before the reader stops reading.
@@ -108,10 +108,24 @@ class Inlet:
             self.space = None
 
 
+class LiveSession:
+    """The session of the link that is up (``protocol``), or None while no link is: shared by a client's inlets.
+
+    A message may be acknowledged only on the session that delivered it; the
+    subscription tests that against this one attribute, in the thread that acks,
+    instead of asking the client (``tests/test_reconnect.py``: stale acks).
+    """
+
+    __slots__ = ("protocol",)
+
+    def __init__(self) -> None:
+        self.protocol: Any = None
+
+
 class SubscriptionOps:
     """What a subscription asks of the client (its bound methods): the subscription never sees the client."""
 
-    __slots__ = ("subscribe", "unsubscribe", "ack", "queue_ack", "check_ack")
+    __slots__ = ("subscribe", "unsubscribe", "ack", "queue_ack", "check_ack", "live")
 
     def __init__(
         self,
@@ -120,6 +134,7 @@ class SubscriptionOps:
         ack: Callable[[str, Message, Optional[str], bool], Awaitable[None]],
         queue_ack: Callable[[Message], bool],
         check_ack: Callable[[Message, Inlet], None],
+        live: LiveSession,
     ) -> None:
         #: SUBSCRIBE (and wait for its receipt if the inlet wants one); the session then fills the inlet
         self.subscribe = subscribe
@@ -131,6 +146,8 @@ class SubscriptionOps:
         self.queue_ack = queue_ack
         #: raise what an ACK of the message would be refused with (stale, auto mode...), send nothing
         self.check_ack = check_ack
+        #: the session messages may be acknowledged on now
+        self.live = live
 
 
 class AsyncSubscription:
@@ -157,6 +174,8 @@ class AsyncSubscription:
         id: Optional[str],
     ) -> None:
         self._ops = ops
+        self._queue_ack = ops.queue_ack  # (bound once: the per-ack call skips a hop)
+        self._live = ops.live
         inlet = self._inlet = Inlet(self, destination, ack, headers, buffer_size, receipt, id)
         self._buffer = inlet.messages  # the same deque: the hot paths skip a hop
         self._pause_at = inlet.pause_at
@@ -276,7 +295,7 @@ class AsyncSubscription:
             if message.seq <= self._acked:
                 return
             self._acked = message.seq
-        if not receipt and transaction is None and self._ops.queue_ack(message):
+        if not receipt and transaction is None and self._queue_ack(message):
             return
         await self._ops.ack("ACK", message, transaction, receipt)
 
@@ -293,11 +312,11 @@ class AsyncSubscription:
         if self.ack_mode == "client":
             if message.seq <= self._acked:
                 return True
-            if not self._ops.queue_ack(message):
+            if not self._queue_ack(message):
                 return False
             self._acked = message.seq
             return True
-        return self._ops.queue_ack(message)
+        return self._queue_ack(message)
 
     async def nack_message(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False) -> None:
         """Refuse ``message`` (the broker redelivers or dead-letters it); cumulative in ``client`` mode."""
@@ -314,6 +333,14 @@ class AsyncSubscription:
         for an ``auto`` subscription or one that is gone. The blocking client
         checks its queued acks here, in the calling thread, before queueing them.
         """
+        if (
+            message.owner is self
+            and message.session is self._live.protocol
+            and not self._inlet.closed
+            and self.ack_mode != "auto"
+            and message.ack_id is not None
+        ):
+            return  # the common case, a message of the live session (one test instead of building the ACK)
         self._ops.check_ack(message, self._inlet)
 
     def handoff(
@@ -349,7 +376,7 @@ class ThreadHandoff:
     """Threads take a subscription's messages here, without a task or a trip into the event loop.
 
     The reader appends each read's messages to the subscription's buffer in the
-    loop and calls :meth:`set` (it stands in for the subscription's ``_ready``
+    loop and calls :meth:`set` (it stands in for the inlet's ``ready``
     event), which wakes the threads waiting here, if any; a thread takes what is
     buffered with ``deque.popleft`` (atomic), so a busy subscription costs no
     thread crossing per message, nor per batch while messages are buffered.

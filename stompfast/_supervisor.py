@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import anyio
 
@@ -24,8 +24,7 @@ from ._common import RETRYABLE, conn_log, log, reconnect_log, where
 from ._config import Endpoint
 from ._protocol import StompProtocol
 from ._reconnect import ConnectionEvent, ReconnectPolicy
-from ._subscription import Inlet
-from ._transaction import SessionTransaction
+from ._subscription import Inlet, LiveSession
 from ._transport import StompTransport, describe_error
 from .errors import ClientClosedError, ConnectError
 
@@ -69,6 +68,8 @@ class Supervisor:
     _next_up: Optional[anyio.Event]
     _up_since: float
     reconnects: int
+    _link_alive: bool
+    _live: LiveSession
     # reads
     endpoint: Endpoint
     endpoints: Tuple[Endpoint, ...]
@@ -76,13 +77,7 @@ class Supervisor:
     _transport: Optional[StompTransport]
     _state: str
     _error: Optional[BaseException]
-    _link_alive: bool
-    _out: List[bytes]
-    _out_bytes: int
     _subs: Dict[str, Inlet]
-    _paused_on: Optional[Inlet]
-    _stalled: bool
-    _transactions: Set[SessionTransaction]
 
     if TYPE_CHECKING:  # provided by the client's other parts
 
@@ -98,6 +93,15 @@ class Supervisor:
         def _check_open(self) -> None:
             raise NotImplementedError
 
+        def _drop_outbox(self) -> int:
+            raise NotImplementedError
+
+        def _drop_inbox(self) -> int:
+            raise NotImplementedError
+
+        def _lose_transactions(self, error: BaseException) -> int:
+            raise NotImplementedError
+
     def _attach_supervisor(self) -> None:
         """A new connection: its loss is news again; the next loss swaps in a fresh 'up' event."""
         self._lost = anyio.Event()
@@ -105,6 +109,7 @@ class Supervisor:
         if self._up_event is None:
             self._up_event = anyio.Event()
         self._link_alive = True
+        self._live.protocol = self._protocol  # acks of this session's messages may go out
 
     def _emit(self, kind: str, endpoint: Optional[Endpoint], **fields: Any) -> None:
         log_event(kind, endpoint, self._protocol, fields)
@@ -163,28 +168,17 @@ class Supervisor:
         if not self._link_alive:
             return
         self._link_alive = False
+        self._live.protocol = None
         if self._state == "open":
             self._state = "reconnecting"
             self._up_event = self._next_up
         self._fail_receipts(error)
-        dropped_frames = sum(1 for data in self._out if data != b"\n")
-        self._out.clear()
-        self._out_bytes = 0
+        dropped_frames = self._drop_outbox()
         self._stop_connection()
-        self._paused_on = None
-        self._stalled = False
         self._protocol.connection_lost()
-        dropped_messages = 0
-        for sub in self._subs.values():
-            if sub.ack_mode != "auto" and sub.messages:
-                dropped_messages += len(sub.messages)
-                sub.messages.clear()
-            sub.space = None
-        transactions = list(self._transactions)
-        self._transactions.clear()
-        for tx in transactions:
-            tx.connection_lost(error)
-        self._lost_info = (error, dropped_frames, dropped_messages, len(transactions))
+        dropped_messages = self._drop_inbox()
+        aborted = self._lose_transactions(error)
+        self._lost_info = (error, dropped_frames, dropped_messages, aborted)
         if self._lost is not None:
             self._lost.set()
 

@@ -74,8 +74,8 @@ class StompTransport(Protocol):
 class PushTransport(StompTransport, Protocol):
     """A transport that can also call the client back with each chunk (asyncio: no reader task).
 
-    The client chooses push or pull once per connection (``isinstance(transport,
-    PushTransport)`` at connect time), never per read.
+    The client chooses push or pull once per connection, when it starts reading
+    (``AsyncioTransport`` is the push one), never per read.
     """
 
     direct_ok: bool

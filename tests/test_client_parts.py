@@ -1,0 +1,103 @@
+"""The parts AsyncClient is put together from (docs/architecture.md, "The client, in parts").
+
+Each part is a mixin in a module of its own; the declarations of what a part uses from the
+others live under ``if TYPE_CHECKING:`` so that at runtime the one real definition of every
+method is the one the client gets. These tests keep it that way, and run a part on its own
+where that makes sense.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from stompfast import AsyncClient
+from stompfast._client import AsyncClient as ClientClass
+from stompfast._inbox import Inbox
+from stompfast._link import Link
+from stompfast._outbox import Outbox
+from stompfast._protocol import StompProtocol
+from stompfast._session import Session
+from stompfast._supervisor import Supervisor
+from stompfast.testing import Broker
+
+PARTS = (Link, Supervisor, Outbox, Inbox, Session)
+
+
+def test_every_method_of_a_part_is_the_one_the_client_gets():
+    seen = {}
+    for part in PARTS:
+        for name, value in vars(part).items():
+            if not callable(value) or name.startswith("__"):
+                continue
+            assert name not in seen, f"{name} is defined by both {seen[name].__name__} and {part.__name__}"
+            seen[name] = part
+            if name in vars(ClientClass):
+                continue  # the client's own definition wins, by design (e.g. _fail)
+            assert getattr(ClientClass, name) is value, f"{part.__name__}.{name} is shadowed"
+
+
+def test_the_parts_declare_but_do_not_define_what_they_take_from_each_other():
+    # a stub (raise NotImplementedError) defined at runtime would shadow the real method
+    for part in PARTS:
+        for name, value in vars(part).items():
+            code = getattr(value, "__code__", None)
+            if code is not None:
+                assert "NotImplementedError" not in code.co_names, f"{part.__name__}.{name} is a stub at runtime"
+
+
+def test_the_outbox_alone_queues_coalesces_and_drops():
+    # the outbox with nothing but its own state: frames are queued in order, one wake-up per burst,
+    # and what was never written is counted and dropped when the link is lost
+    class Box(Outbox):
+        def __init__(self) -> None:
+            self._out, self._out_bytes = [], 0
+            self._wakeup = anyio.Event()
+
+    box = Box()
+    box._queue(b"SEND 1\n\n\x00")
+    box._queue(b"\n")  # a heart-beat
+    box._queue(b"SEND 2\n\n\x00")
+    assert box._out == [b"SEND 1\n\n\x00", b"\n", b"SEND 2\n\n\x00"] and box._wakeup.is_set()
+    assert box._out_bytes == sum(map(len, box._out))
+    assert box._drop_outbox() == 2  # heart-beats are not frames
+    assert box._out == [] and box._out_bytes == 0
+
+
+@pytest.mark.anyio
+async def test_the_inbox_alone_dispatches_one_read_to_its_inlet_and_receipts():
+    # the inbox fed events straight from a protocol, no socket and no client: messages land in
+    # their inlet in order with their sequence numbers, the receipt resolves
+    from stompfast._receipt import PendingReceipt
+    from stompfast._subscription import Inlet
+
+    class Box(Inbox):
+        def __init__(self) -> None:
+            self._subs, self._receipts = {}, {}
+            self._error = None
+
+        def _fail(self, error: BaseException) -> None:
+            raise AssertionError(error)
+
+    protocol = StompProtocol(host="/", heart_beat=(0, 0))
+    protocol.connect()
+    protocol.receive_data(b"CONNECTED\nversion:1.2\n\n\x00")
+    box = Box()
+    owner = object()
+    inlet = box._subs["0"] = Inlet(owner, "/queue/a", "auto", None, 10, False, "0")
+    receipt = box._receipts["r1"] = PendingReceipt("r1")
+    data = b"".join(
+        b"MESSAGE\nsubscription:0\nmessage-id:%d\ndestination:/queue/a\n\nm%d\x00" % (i, i) for i in range(3)
+    ) + b"RECEIPT\nreceipt-id:r1\n\n\x00"
+    assert box._dispatch_now(protocol.receive_data(data)) is None  # nothing full
+    assert [m.body for m in inlet.messages] == [b"m0", b"m1", b"m2"]
+    assert [m.seq for m in inlet.messages] == [1, 2, 3] and all(m.owner is owner for m in inlet.messages)
+    assert receipt.done() and receipt.error is None and not box._receipts
+
+
+@pytest.mark.anyio
+async def test_the_link_alone_opens_a_session_and_the_client_installs_it():
+    async with Broker() as broker:
+        async with AsyncClient(broker.url, heart_beat=(0, 0)) as client:
+            assert client.version == "1.2" and client.is_connected
+            assert client.endpoint.port == broker.port
