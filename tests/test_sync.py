@@ -50,6 +50,8 @@ from stompfast import (
     Transaction,
     TransactionError,
 )
+from stompfast._sync_loop import SyncLoop
+from stompfast._sync_outbox import Outbox
 from stompfast.testing import Broker
 
 pytestmark = [pytest.mark.timeout(30)]
@@ -1068,7 +1070,7 @@ def test_queued_acks_are_written_before_the_unsubscribe(client, broker):
     assert unsubscribe and last_ack < unsubscribe[0]
 
 
-# -- the direct hand-over into an asyncio loop (Client._call) ------------------------------------------
+# -- the direct hand-over into an asyncio loop (SyncLoop.call) ------------------------------------------
 
 
 def test_waiting_calls_on_asyncio_are_handed_to_the_loop_directly(client, broker, backend):
@@ -1077,12 +1079,12 @@ def test_waiting_calls_on_asyncio_are_handed_to_the_loop_directly(client, broker
     import asyncio
 
     if backend[0] != "asyncio":
-        assert client._aio_loop is None
+        assert client._loop.aio_loop is None
         return
-    assert isinstance(client._aio_loop, asyncio.AbstractEventLoop)
+    assert isinstance(client._loop.aio_loop, asyncio.AbstractEventLoop)
     spawned = []
-    real_spawn = client._spawn
-    client._spawn = lambda *a: spawned.append(a) or real_spawn(*a)  # type: ignore[method-assign]
+    real_spawn = client._loop.spawn
+    client._loop.spawn = lambda *a: spawned.append(a) or real_spawn(*a)  # type: ignore[method-assign]
     future = client.send("/queue/direct", b"x", receipt=True, timeout=WAIT)
     assert future.done() and spawned == []
     assert broker.queue_depth("/queue/direct") == 1
@@ -1093,15 +1095,15 @@ def test_a_direct_wait_ends_when_the_loop_closed_before_running_the_call(monkeyp
     # the caller is told the client is closed instead of waiting forever.
     import asyncio
 
-    import stompfast._sync as sync_module
+    import stompfast._sync_loop as sync_loop
 
-    monkeypatch.setattr(sync_module, "LOOP_CHECK_INTERVAL", 0.02)
+    monkeypatch.setattr(sync_loop, "LOOP_CHECK_INTERVAL", 0.02)
     loop = asyncio.new_event_loop()
     loop.close()
     never: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
     started = time.monotonic()
     with pytest.raises(ClientClosedError):
-        Client._wait_on_loop(never, loop)
+        SyncLoop.wait_on_loop(never, loop)
     assert time.monotonic() - started < WAIT
     assert never.cancelled()
 
@@ -1116,10 +1118,10 @@ def test_a_direct_wait_raises_the_calls_own_timeout_as_it_is():
         done: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
         done.set_exception(ReceiptTimeout("no RECEIPT within 1 s", timeout=1.0))
         with pytest.raises(ReceiptTimeout):
-            Client._wait_on_loop(done, loop)
+            SyncLoop.wait_on_loop(done, loop)
         ok: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
         threading.Timer(0.05, ok.set_result, ("value",)).start()
-        assert Client._wait_on_loop(ok, loop) == "value"
+        assert SyncLoop.wait_on_loop(ok, loop) == "value"
     finally:
         loop.close()
 
@@ -1255,7 +1257,7 @@ def test_a_queued_send_that_cannot_be_encoded_loses_nothing_after_it(client, bro
     # in the drainer (a failover to a broker of another STOMP version) must not take
     # the sends queued after it down with it: they are written, and a later call (the
     # first one after the drainer met it) reports the one that was not, once.
-    monkeypatch.setattr(Client, "_check_queued", lambda self, *a, **k: None)  # let it reach the drainer
+    monkeypatch.setattr(Outbox, "_check_queued", lambda self, *a, **k: None)  # let it reach the drainer
     accepted, reported = [], []
     with client.subscribe("/queue/q") as sub:
         for body in (b"1", b"bad", b"2", b"3", b"4", b"5"):

@@ -1,0 +1,268 @@
+"""The sync client's outbox: its ordered queue of receipt-less sends and acks,
+filled by the calling threads and written by one drainer task in the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Deque, List, Mapping, Optional, Tuple
+
+import anyio
+
+from ._client import AsyncClient
+from ._common import copy_error
+from ._protocol import Message
+from ._subscription import LOOP_CHECK_INTERVAL, AsyncSubscription
+from .errors import ClientClosedError, LocalProtocolError, StaleMessageError, StompError, StompTimeout
+
+log = logging.getLogger("stompfast")
+
+#: queued receipt-less sends beyond which ``send`` waits for them to be written
+_FAST_MAX_MESSAGES = 10_000
+
+
+class Outbox:
+    """The sync client's ordered queue of receipt-less frames, written by one drainer task in the loop.
+
+    Calling threads ``put`` sends and acks; the first ``put`` into an idle queue
+    wakes the drainer with one cheap loop wake-up (``call_soon``, no task, no
+    future), so a burst of frames costs one crossing, not one per frame. The
+    drainer lives for the connection (in the client's host task) and writes the
+    queue in order through the async client, which applies its backpressure.
+    It holds no reference to the :class:`Client` (an abandoned client must
+    still be garbage collected and closed by its finalizer).
+    """
+
+    __slots__ = ("queue", "queued_bytes", "lock", "idle", "active", "wakeup", "ended", "error", "closed",
+                 "_client", "_send", "_check", "_limit_bytes", "_call_soon", "_loop_thread")
+
+    def __init__(self, client: AsyncClient, call_soon: Callable[[Callable[[], Any]], Any],
+                 loop_thread: threading.Thread, limit_bytes: int) -> None:
+        self.queue: Deque[Tuple[Any, ...]] = deque()
+        self.queued_bytes = 0
+        self.lock = threading.Lock()
+        self.idle = threading.Condition(self.lock)  # notified when the queue is written out (or dropped)
+        self.active = False  # the drainer was woken for the queue and has not emptied it yet
+        self.wakeup: Optional[anyio.Event] = None  # (loop side) the drainer waits on it
+        self.ended = False  # the drainer has run and is gone
+        self.error: Optional[BaseException] = None  # what stopped the last drain, raised by the next call
+        self.closed = False  # the client is closed: nothing more is queued (set by Client.close)
+        self._client = client
+        self._send = client.send
+        self._check = client.check_send  # raises what the session's version cannot carry
+        self._limit_bytes = limit_bytes  # queued bytes beyond which a send waits (send_buffer_bytes)
+        self._call_soon = call_soon
+        self._loop_thread = loop_thread
+
+    def put(self, item: Tuple[Any, ...], size: int) -> None:
+        """(Any thread.) Queue one frame's arguments; wake the drainer if the queue was idle."""
+        with self.lock:
+            self.queue.append(item)
+            self.queued_bytes += size
+            if self.active:
+                return
+            self.active = True
+        try:
+            self._call_soon(self._wake)
+        except RuntimeError:  # the loop is gone
+            self._drop()
+            raise ClientClosedError("the client is closed (its event loop has stopped)") from None
+
+    def _drop(self) -> None:
+        with self.lock:
+            self.queue.clear()
+            self.queued_bytes = 0
+            self.active = False
+            self.idle.notify_all()
+
+    def _wait_drained(self, timeout: Optional[float]) -> None:
+        """(Any thread.) Wait until the drainer emptied the queue; StompTimeout after ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.lock:
+            while self.active:
+                wait = LOOP_CHECK_INTERVAL
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
+                    if wait <= 0:
+                        raise StompTimeout(
+                            f"the queued sends were not written within {timeout:g} s (no room in the send buffer)"
+                        )
+                if not self.idle.wait(wait) and not self._loop_thread.is_alive():
+                    self.queue.clear()
+                    self.queued_bytes = 0
+                    self.active = False
+                    raise ClientClosedError("the client's event loop stopped while writing queued sends")
+
+    # -- the calling threads' side: sends and acks without a receipt ----------------------------
+
+    def queue_send(
+        self, destination: str, body: Any, headers: Optional[Mapping[str, Any]], content_type: Optional[str],
+        timeout: Optional[float],
+    ) -> None:
+        """Queue a SEND for the drainer (the fast path of ``Client.send``).
+
+        The frame is encoded and written in the loop, in the order the calls
+        were made. A failure to write it (the connection ended) is raised by the
+        next call that sends. When the queue holds ``send_buffer_bytes`` or
+        10,000 messages, the caller waits for it to drain (backpressure, bounded
+        by ``timeout``).
+        """
+        if self.error is not None or self.closed:
+            self._raise_error()
+        failed = self._client.error  # read across threads: set once, never cleared
+        if failed is not None:
+            raise copy_error(failed)
+        if type(body) is not bytes and not isinstance(body, (str, bytearray, memoryview)):
+            raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+        if headers is not None or content_type is not None or type(destination) is not str \
+                or not destination.isprintable():
+            self._check_queued(destination, headers, content_type)
+        if len(self.queue) >= _FAST_MAX_MESSAGES or self.queued_bytes >= self._limit_bytes:
+            self.wait_written(timeout)
+        self.put((destination, body, headers, content_type), len(body))
+
+    def _check_queued(self, destination: Any, headers: Optional[Mapping[str, Any]], content_type: Any) -> None:
+        """Refuse here, in this call, what the session's version cannot carry (not later, in the drainer)."""
+        self._check(destination, headers, content_type)
+
+    def queue_ack(self, sub: AsyncSubscription, message: Message, timeout: Optional[float]) -> None:
+        """Queue an ACK (no receipt, no transaction) behind the queued sends; checked here first."""
+        if self.error is not None or self.closed:
+            self._raise_error()
+        failed = self._client.error
+        if failed is not None:
+            raise copy_error(failed)
+        # The refusals that need no I/O, raised here rather than by a later call:
+        # a stale message, then the protocol's own (auto mode, a subscription gone).
+        sub.check_ack(message)
+        if len(self.queue) >= _FAST_MAX_MESSAGES:
+            self.wait_written(timeout)
+        self.put((None, sub, message, None), 0)
+
+    def wait_written(self, timeout: Optional[float]) -> None:
+        """Wait until the queued frames are written; raise what stopped them."""
+        self._wait_drained(timeout)
+        if self.error is not None:
+            self._raise_error()
+
+    def write_before_closing(self, timeout: float) -> None:
+        """Let the queued frames go out before a close, for at most ``timeout`` seconds.
+
+        A broker that stops reading (TCP flow control, as RabbitMQ applies in a
+        memory or disk alarm) must not hold a close for ever: what is still
+        queued then is dropped with the connection, and said so in the log.
+        """
+        try:
+            self.wait_written(timeout)
+        except StompTimeout:
+            log.warning(
+                "stompfast: closing with %d queued frame(s) unwritten after %g s (the broker is not reading)",
+                len(self.queue), timeout,
+            )
+        except StompError:
+            pass  # the connection failed: they could not be written; close anyway
+
+    def _raise_error(self) -> None:
+        error, self.error = self.error, None
+        if error is not None:
+            raise error
+        raise ClientClosedError("the client is closed")
+
+    # -- the loop's side: the drainer ---------------------------------------------------------
+
+    def _wake(self) -> None:
+        """(In the loop.)"""
+        wakeup = self.wakeup
+        if wakeup is not None:
+            wakeup.set()
+            return
+        if not self.ended:
+            return  # the drainer has not started yet: it looks at ``active`` when it does
+        # The drainer is gone (the connection's host task has ended): nothing will
+        # write these; end the waits instead of leaving them for ever.
+        with self.lock:
+            self.queue.clear()
+            self.queued_bytes = 0
+            self.active = False
+            if self.error is None:
+                self.error = ClientClosedError("the client is closed")
+            self.idle.notify_all()
+
+    async def drainer(self) -> None:
+        """(In the loop, for the life of the connection.) Write the queue out, woken once per burst."""
+        self.wakeup = anyio.Event()
+        if self.active:  # woken before we were listening
+            self.wakeup.set()
+        try:
+            while True:
+                await self.wakeup.wait()
+                self.wakeup = anyio.Event()
+                await self._drain()
+        finally:
+            self.wakeup = None
+            self.ended = True
+
+    def _unencodable(self, destination: Any, headers: Any, content_type: Any) -> bool:
+        """True when the session's version cannot carry this SEND (the check its caller made)."""
+        try:
+            self._check(destination, headers, content_type)
+        except (LocalProtocolError, TypeError):
+            return True
+        return False
+
+    async def _drain(self) -> None:
+        send = self._send
+        queue = self.queue
+        batch: List[Tuple[Any, ...]] = []
+        try:
+            while True:
+                with self.lock:
+                    if not queue:
+                        self.active = False
+                        self.idle.notify_all()
+                        return
+                    batch = list(queue)
+                    queue.clear()
+                    self.queued_bytes = 0
+                for i, (destination, body, headers, content_type) in enumerate(batch):
+                    try:
+                        if destination is None:  # an ACK: (None, subscription, message, None)
+                            try:
+                                if not body.ack_nowait(headers):  # no await per ACK unless it must wait
+                                    await body.ack_message(headers)
+                            except StaleMessageError:
+                                # its connection was lost after the ACK was queued: the
+                                # broker redelivers the message; nothing to report later
+                                log.debug("dropped a queued ACK of %r: its connection was lost", headers)
+                        else:
+                            try:
+                                await send(destination, body, headers=headers, content_type=content_type)
+                            except (LocalProtocolError, TypeError) as exc:
+                                if not self._unencodable(destination, headers, content_type):
+                                    raise  # the session refused it (its state): as any failure
+                                # checked when queued, so only a session of another version
+                                # (a failover) gets here: this frame cannot be written, the
+                                # rest can; the next call reports it
+                                log.error("a queued SEND to %r could not be encoded: %s", destination, exc)
+                                if self.error is None:
+                                    self.error = exc
+                    except Exception:
+                        batch = batch[i:]
+                        raise
+                batch = []
+        except BaseException as exc:
+            with self.lock:
+                dropped = len(batch) + len(queue)
+                queue.clear()
+                self.queued_bytes = 0
+                self.active = False
+                if isinstance(exc, Exception):
+                    if dropped and hasattr(exc, "add_note"):  # Python 3.11+
+                        exc.add_note(f"{dropped} queued send(s) of this client were not written")
+                    self.error = exc
+                self.idle.notify_all()
+            if not isinstance(exc, Exception):
+                raise

@@ -1,0 +1,406 @@
+"""Subscriptions of the sync client: :class:`Subscription` (threads take messages
+from the async subscription's buffer, no crossing into the loop), :class:`SyncMessage`
+(the received message, re-classed: its ``ack()`` blocks) and :class:`CallbackWorker`
+(the thread of a ``callback=`` subscription).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+import anyio
+
+from ._client import AsyncClient
+from ._protocol import Message
+from ._subscription import AsyncSubscription, ThreadHandoff, WaitTimeout
+from ._sync_loop import SyncLoop, check_timeout, timeout_error
+from ._sync_outbox import Outbox
+from .errors import (
+    ClientClosedError,
+    ConfigurationError,
+    ReceiptTimeout,
+    ReceiveTimeout,
+    StompError,
+    StompTimeout,
+)
+
+log = logging.getLogger("stompfast")
+
+#: Messages a callback thread takes from its subscription per crossing into the loop.
+CALLBACK_BATCH = 100
+
+Callback = Callable[["SyncMessage"], Any]
+ErrorHandler = Callable[[BaseException, Optional["SyncMessage"]], Any]
+
+
+class SyncMessage(Message):
+    """A :class:`~stompfast.Message` from a sync subscription: ``ack()`` and ``nack()`` block.
+
+    Everything else (``body``, ``text``, ``headers``, ``destination``,
+    ``message_id``, ``ack_id``, ...) is the received message's: it *is* the
+    received message, re-classed when a thread takes it (no copy, no wrapper), with
+    the sync :class:`Subscription` it came through.
+    """
+
+    __slots__ = ()
+
+    def ack(  # type: ignore[override]  # the blocking twin: it returns once done, nothing to await
+        self, *, transaction: Optional[str] = None, receipt: bool = False, timeout: Optional[float] = None
+    ) -> None:
+        """Acknowledge the message (cumulative in ``client`` mode); see :meth:`Subscription.ack_message`."""
+        self.sync.ack_message(self, transaction=transaction, receipt=receipt, timeout=timeout)
+
+    def nack(  # type: ignore[override]  # the blocking twin: it returns once done, nothing to await
+        self, *, transaction: Optional[str] = None, receipt: bool = False, timeout: Optional[float] = None
+    ) -> None:
+        """Refuse the message (STOMP 1.1+); see :meth:`Subscription.nack_message`."""
+        self.sync.nack_message(self, transaction=transaction, receipt=receipt, timeout=timeout)
+
+
+async def open_subscription(
+    client: AsyncClient, destination: str, kwargs: Dict[str, Any]
+) -> AsyncSubscription:
+    """Create and enter an AsyncSubscription; unsubscribe again if entering fails or times out."""
+    sub = client.subscribe(destination, **kwargs)
+    try:
+        await sub.__aenter__()
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await sub.aclose()
+        raise
+    return sub
+
+
+class Subscription:
+    """A subscription of a sync :class:`Client`: ``with client.subscribe(dest) as sub: for msg in sub: ...``.
+
+    Iterate it, or call :meth:`receive` / :meth:`receive_batch` (alias
+    :meth:`receive_many`); they may be called from several threads at once,
+    each message going to one of them. Iteration ends when the subscription or
+    the client is closed, and raises the connection's failure after the
+    buffered messages were handed out. :meth:`close` (or leaving the ``with``
+    block) unsubscribes and drops the buffered messages.
+
+    With ``callback=`` the messages go to the callback in the subscription's
+    own thread instead, and ``receive`` and iteration are refused.
+    """
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        loop: SyncLoop,
+        outbox: Outbox,
+        sub: AsyncSubscription,
+        worker: Optional["CallbackWorker"] = None,
+    ) -> None:
+        self._client = client
+        self._loop = loop
+        self._outbox = outbox  # where receipt-less ACKs are queued
+        self._async = sub
+        # Threads take the messages straight from the async buffer (no crossing into the loop)
+        self._handoff = sub.handoff(loop.call_soon, loop.thread.is_alive)  # type: ignore[union-attr]
+        self._worker = worker  # the callback thread (with ``callback=``), or None
+        if worker is not None:
+            worker.attach(self, self._handoff, sub)
+
+    # -- what the async subscription knows -------------------------------------------------
+
+    @property
+    def destination(self) -> str:
+        return self._async.destination
+
+    @property
+    def ack_mode(self) -> str:
+        return self._async.ack_mode
+
+    @property
+    def headers(self) -> Dict[str, Any]:
+        """The SUBSCRIBE headers sent (yours plus the prefetch ones added in client modes)."""
+        return self._async.headers
+
+    @property
+    def buffer_size(self) -> int:
+        return self._async.buffer_size
+
+    @property
+    def id(self) -> Optional[str]:
+        return self._async.id
+
+    @property
+    def pending(self) -> int:
+        """Messages received and not yet taken."""
+        return self._async.pending
+
+    @property
+    def closed(self) -> bool:
+        return self._async.closed
+
+    # -- pulling messages -------------------------------------------------------------------
+
+    def __enter__(self) -> "Subscription":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __iter__(self) -> "Subscription":
+        return self
+
+    def __next__(self) -> SyncMessage:
+        if self._worker is not None:
+            self._check_pull()
+        try:
+            message = self._handoff.take(None)
+        except ClientClosedError:  # the client's loop stopped under the wait: iteration ends
+            message = None
+        if message is None:
+            raise StopIteration
+        message.__class__ = SyncMessage  # (the same object: no copy, no wrapper)
+        message.sync = self
+        return message  # type: ignore[return-value]
+
+    def receive(self, *, timeout: Optional[float] = None) -> SyncMessage:
+        """The next message; waits for one.
+
+        Raises:
+            ReceiveTimeout: none came within ``timeout`` (no message is lost:
+                one arriving later is there for the next call).
+            ClientClosedError: the subscription or the client was closed.
+            ConnectionLostError, ServerError, HeartbeatTimeout: the connection
+                failed (after every buffered message was handed out).
+        """
+        self._check_pull()
+        return self._take(1, check_timeout(timeout))[0]
+
+    def receive_batch(self, max_messages: int = 100, *, timeout: Optional[float] = None) -> List[SyncMessage]:
+        """Up to ``max_messages`` messages: what is buffered, waiting only for the first.
+
+        Raises like :meth:`receive` (ReceiveTimeout when not even one came).
+        """
+        if type(max_messages) is not int or max_messages < 1:
+            raise ConfigurationError(f"max_messages must be a positive int, not {max_messages!r}")
+        self._check_pull()
+        return self._take(max_messages, check_timeout(timeout))
+
+    def receive_many(self, max_messages: int = 100, *, timeout: Optional[float] = None) -> List[SyncMessage]:
+        """Same as :meth:`receive_batch`."""
+        return self.receive_batch(max_messages, timeout=timeout)
+
+    def _check_pull(self) -> None:
+        if self._worker is not None:
+            raise ConfigurationError(
+                f"subscription {self.id!r} delivers its messages to its callback; subscribe without"
+                " callback= to receive or iterate"
+            )
+
+    def _take(self, max_messages: int, timeout: Optional[float]) -> List[SyncMessage]:
+        """Up to ``max_messages`` messages as SyncMessages, waiting up to ``timeout`` for the first."""
+        try:
+            batch = self._handoff.take_batch(max_messages, timeout)
+        except WaitTimeout:
+            raise ReceiveTimeout(
+                f"no message on {self.destination!r} within {timeout:g} s",
+                destination=self.destination,
+                timeout=timeout,
+            ) from None
+        if not batch:  # closed without a failure (a failure was raised by take_batch)
+            raise ClientClosedError(f"subscription {self.id!r} to {self.destination!r} is closed")
+        for message in batch:
+            message.__class__ = SyncMessage
+            message.sync = self
+        return batch  # type: ignore[return-value]
+
+    # -- acknowledging ----------------------------------------------------------------------
+
+    def ack_message(
+        self,
+        message: Message,
+        *,
+        transaction: Optional[str] = None,
+        receipt: bool = False,
+        timeout: Optional[float] = None,
+    ) -> None:
+        """Acknowledge ``message``; in ``client`` mode this covers every earlier message too.
+
+        Without ``receipt`` or ``transaction`` the ACK is queued with the client's
+        other receipt-less frames and written by the loop in order (no wait); a
+        message from an ended connection, or an ``auto`` subscription's, is
+        refused here at once.
+        """
+        if not receipt and transaction is None:
+            self._outbox.queue_ack(self._async, message, timeout)
+            return
+        self._loop.call(
+            functools.partial(
+                self._async.ack_message, message, transaction=transaction, receipt=receipt
+            ),
+            check_timeout(timeout),
+            timeout_error(ReceiptTimeout if receipt else StompTimeout, "ACK not confirmed", timeout),
+        )
+
+    def nack_message(
+        self,
+        message: Message,
+        *,
+        transaction: Optional[str] = None,
+        receipt: bool = False,
+        timeout: Optional[float] = None,
+    ) -> None:
+        """Refuse ``message`` (the broker redelivers or dead-letters it); cumulative in ``client`` mode."""
+        self._loop.call(
+            functools.partial(
+                self._async.nack_message, message, transaction=transaction, receipt=receipt
+            ),
+            check_timeout(timeout),
+            timeout_error(ReceiptTimeout if receipt else StompTimeout, "NACK not confirmed", timeout),
+        )
+
+    # -- closing ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Unsubscribe (if the connection is still up), drop the buffered messages, stop the callback thread.
+
+        A callback running now is finished first (unless ``close`` is called by
+        the callback itself). Idempotent and safe after a failure.
+        """
+        worker = self._worker
+        if worker is not None:
+            worker.stopping = True
+        budget = self._client.disconnect_timeout  # bounds the whole close, like the client's
+        deadline = time.monotonic() + budget
+        self._outbox.write_before_closing(budget)  # queued ACKs go out before the UNSUBSCRIBE
+        try:
+            self._loop.call(
+                self._async.aclose,
+                max(deadline - time.monotonic(), 0.001),
+                lambda: StompTimeout(f"UNSUBSCRIBE of {self.id!r} not queued within {budget:g} s"),
+            )
+        except StompError:
+            # the client is closed, the connection failed, or the broker is not reading:
+            # either way the subscription is gone here (its aclose ran to its finally)
+            pass
+        finally:
+            if worker is not None:
+                worker.join()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self.pending} pending"
+        mode = " callback" if self._worker is not None else ""
+        return f"<Subscription {self.id!r} to {self.destination!r} ack={self.ack_mode}{mode} {state}>"
+
+
+class CallbackWorker:
+    """The thread of a ``callback=`` subscription: it takes batches and calls ``callback(message)``.
+
+    Made by :meth:`Client.subscribe`, attached to its :class:`Subscription`,
+    started once the client tracks it; ``stopping`` (set by a close) drops what
+    it took and did not deliver yet, and :meth:`join` waits for it and calls
+    ``forget(self)`` so the client stops tracking it.
+    """
+
+    def __init__(
+        self,
+        callback: Callback,
+        on_error: Optional[ErrorHandler],
+        loop: SyncLoop,
+        forget: Callable[["CallbackWorker"], None],
+    ) -> None:
+        self.callback = callback
+        self.on_error = on_error
+        self.stopping = False
+        self.thread: Optional[threading.Thread] = None
+        self._loop = loop
+        self._forget = forget
+        self._subscription: Optional[Subscription] = None
+        self._handoff: Optional[ThreadHandoff] = None
+        self._async: Optional[AsyncSubscription] = None
+
+    def attach(self, subscription: Subscription, handoff: ThreadHandoff, sub: AsyncSubscription) -> None:
+        """(Subscription.__init__.) The subscription it delivers for, its hand-off and async subscription."""
+        self._subscription = subscription
+        self._handoff = handoff
+        self._async = sub
+
+    def start(self) -> None:
+        assert self._subscription is not None
+        thread = threading.Thread(
+            target=self._deliver, name=f"stompfast-callback-{self._subscription.id}", daemon=True
+        )
+        self.thread = thread
+        thread.start()
+
+    def join(self) -> None:
+        """Wait for the thread to end (unless called from it), then have the client forget it."""
+        thread = self.thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        self._forget(self)
+
+    def _deliver(self) -> None:
+        callback = self.callback
+        subscription, handoff, sub = self._subscription, self._handoff, self._async
+        assert subscription is not None and handoff is not None and sub is not None
+        failure: Optional[BaseException] = None
+        try:
+            while not self.stopping:
+                try:
+                    batch = handoff.take_batch(CALLBACK_BATCH, None)
+                except ClientClosedError:
+                    return  # the client was closed (its loop stopped)
+                except StompError as exc:
+                    failure = exc  # the connection failed
+                    return
+                if not batch:
+                    return
+                for message in batch:
+                    message.__class__ = SyncMessage
+                    message.sync = subscription
+                for message in batch:
+                    if self.stopping:
+                        return
+                    try:
+                        callback(message)  # type: ignore[arg-type]  # (re-classed above)
+                    except Exception as exc:
+                        self._report(exc, message)  # type: ignore[arg-type]
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt... from a callback: stop clearly
+            failure = exc
+        finally:
+            if failure is not None:
+                self._report(failure, None)
+                if not self.stopping:  # tell the broker to stop sending to a consumer that is gone
+                    try:
+                        self._loop.call(sub.aclose)
+                    except StompError:
+                        pass
+
+    def _report(self, error: BaseException, message: Optional[SyncMessage]) -> None:
+        subscription = self._subscription
+        assert subscription is not None
+        handler = self.on_error
+        if handler is not None:
+            try:
+                handler(error, message)
+                return
+            except Exception:
+                log.exception(
+                    "the on_error handler of subscription %r to %r raised", subscription.id, subscription.destination
+                )
+        if message is not None:
+            log.error(
+                "the callback of subscription %r to %r raised on message %r; delivery goes on",
+                subscription.id,
+                subscription.destination,
+                message.message_id,
+                exc_info=error,
+            )
+        else:
+            log.error(
+                "subscription %r to %r stopped delivering to its callback",
+                subscription.id,
+                subscription.destination,
+                exc_info=error,
+            )
