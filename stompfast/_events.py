@@ -82,13 +82,6 @@ class Message:
     # (re-classed as its SyncMessage, whose layout must match this one's).
     __slots__ = ("frame", "subscription", "message_id", "ack_id", "session", "owner", "seq", "sync", "__weakref__")
     sync: Any  # (a slot, never set by __init__: only on what the blocking client hands out)
-    # Transitional: the former names of those four slots, for the modules not yet moved to
-    # the new ones. They are the same slot descriptors (set below the class), so they cost
-    # nothing; delete them once tests/test_private_names.py passes for every module.
-    _session: Any
-    _owner: Any
-    _seq: Any  # (Any: mypy would refuse to assign a typed name missing from __slots__)
-    _sync: Any
 
     def __init__(
         self, frame: Frame, subscription: str, message_id: Optional[str], ack_id: Optional[str], session: Any
@@ -151,10 +144,5 @@ class Message:
         body = self.frame[2]
         shown = body if len(body) <= 40 else body[:40] + b"..."
         return f"<Message {self.message_id!r} on {self.destination!r} via {self.subscription!r}: {shown!r}>"
-
-
-for _name in ("session", "owner", "seq", "sync"):  # the transitional old names (see the class)
-    setattr(Message, "_" + _name, Message.__dict__[_name])
-del _name
 
 Event = Union[Connected, Message, ReceiptReceived, ErrorReceived]

@@ -527,7 +527,6 @@ class StompProtocol:
             h["transaction"] = transaction
         return h
 
-    _ack_headers = ack_headers  # transitional: the former name, until _subscription.py uses the new one
 
     def ack(
         self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False

@@ -83,10 +83,6 @@ def ws_url(host: str, port: int, path: str, tls: bool) -> str:
     return f"{'wss' if tls else 'ws'}://{authority}:{port}{path}"
 
 
-# transitional: the former names, until _transport.py imports the new ones
-_request = opening_request
-_url = ws_url
-
 
 class _Handshake:
     """Feeds the upgrade response to wsproto; ``done`` once it was accepted (or raises)."""
