@@ -3,8 +3,10 @@
     python examples/request_reply.py
 
 The requester keeps one reply queue of its own and matches answers by correlation-id.
-(RabbitMQ also offers /temp-queue/ destinations, and ActiveMQ /temp-queue/ too, which
-the broker deletes with the connection; a named queue works on every broker.)
+A named queue works on every broker. ActiveMQ's /temp-queue/ destinations work too
+(subscribe to one explicitly). RabbitMQ's /temp-queue/ does not with stompfast yet:
+RabbitMQ delivers the replies on a subscription it made itself, which the client does
+not know and drops (docs/recipes.md, request/reply).
 """
 
 from __future__ import annotations
