@@ -97,6 +97,7 @@ from ._options import resolve as resolve_options
 from ._options import signature as options_signature
 from ._protocol import Message
 from ._receipt import Receipt
+from ._stats import ClientStats
 from ._subscription import DEFAULT_BUFFER_SIZE
 from ._sync_loop import (
     ClientLifetime,
@@ -247,6 +248,14 @@ class Client:
     def reconnects(self) -> int:
         """How many times a lost session was re-established."""
         return self._async.reconnects
+
+    def stats(self) -> ClientStats:
+        """A snapshot of the connection's counters and gauges (:class:`~stompfast.ClientStats`); any thread.
+
+        Sends and acks still in this client's own queue, not yet handed to the
+        connection, are counted once they are.
+        """
+        return self._async.stats()
 
     @property
     def version(self) -> Optional[str]:
