@@ -201,6 +201,7 @@ class Client:
         # (the loop's thread and call_soon, known once in it: kept here too for send's hot path)
         self._loop_thread: Optional[threading.Thread] = None
         self._call_soon: Callable[[Callable[[], Any]], Any]  # runs fn() in the loop, from any thread
+        self._async: AsyncClient
         build = functools.partial(AsyncClient, url, **options)
         try:
             # The async client makes anyio primitives, which belong to the loop: build it there.
@@ -484,7 +485,7 @@ class Client:
             raise on_timeout()
         if handover.error is not None:
             raise handover.error
-        receipt = handover.value
+        receipt: Optional[Receipt] = handover.value
         if receipt is not None and receipt.error is not None:
             raise copy_error(receipt.error)
         return receipt
