@@ -33,4 +33,4 @@ def test_the_example_runs(argv: tuple, expected: str) -> None:
 
 def test_every_example_is_tested() -> None:
     shown = {p.name for p in EXAMPLES.glob("*.py") if not p.name.startswith("_")}
-    assert shown <= {argv[0] for argv in CASES} | {"spark_job.py"}
+    assert shown <= {argv[0] for argv in CASES} | {"spark_job.py"}  # (tests/spark/test_spark_example.py)
