@@ -185,6 +185,10 @@ async def test_progress_is_reported() -> None:
     assert {p.phase for p in seen} >= {"connecting", "running"}
     assert max(p.sent for p in seen) == 1000 == seen[-1].sent
     assert all(p.target_rate == 1000 for p in seen)
+    stats = [p.client_stats for p in seen if p.client_stats is not None]  # about once a second
+    assert stats and all(s["clients"] == 2 for s in stats)  # the producer's and the consumer's connections
+    sent = [s["messages_sent"] for s in stats]
+    assert sent == sorted(sent) and sent[-1] <= 1000
 
 
 @pytest.mark.anyio
@@ -194,7 +198,7 @@ async def test_result_document_is_complete_json() -> None:
     doc = json.loads(json.dumps(result.to_dict(), allow_nan=False))
     assert doc["schema"] == "stompfast.loadgen/1" and doc["ok"] is True
     for key in ("config", "broker", "counts", "rates", "latency_us", "send_lag_us", "timeline", "errors",
-                "versions", "machine", "problems", "warnings", "started_at", "elapsed_s"):
+                "versions", "machine", "problems", "warnings", "started_at", "elapsed_s", "client_stats"):
         assert key in doc, key
     assert "hunter22" not in json.dumps(doc)
     assert doc["config"]["passcode_set"] is True and "passcode" not in doc["config"]
@@ -206,6 +210,8 @@ async def test_result_document_is_complete_json() -> None:
         assert key in row
     assert doc["versions"]["stompfast"] and doc["versions"]["backend"] in ("asyncio", "asyncio+uvloop", "trio")
     assert doc["machine"]["cpus"] >= 1
+    assert doc["client_stats"]["messages_sent"] == doc["counts"]["sent"] == 500
+    assert doc["client_stats"]["messages_received"] == doc["counts"]["received"] == 500
 
 
 def test_configuration_is_checked_before_any_io() -> None:
