@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._subscription import Inlet
 
-__all__ = ["ClientStats", "Counters", "RttHistogram", "RttSummary"]
+__all__ = ["ClientStats", "Counters", "RttHistogram", "RttSummary", "merge_summaries"]
 
 #: Bucket upper bounds of the receipt round-trip histogram, in seconds: 50 µs to 60 s, ~1.5x apart.
 RTT_BOUNDS: Tuple[float, ...] = tuple(
@@ -99,6 +99,32 @@ class RttSummary:
             if cumulative >= rank:
                 return bound
         return math.inf
+
+
+def merge_summaries(summaries: Iterable[RttSummary]) -> RttSummary:
+    """One summary of several clients' round trips: counts and sums added, bucket by bucket.
+
+    The buckets are cumulative counts per bound, the same bounds for every client
+    (:data:`RTT_BOUNDS`), so the merged quantiles are exactly those of all the round
+    trips together (each still an upper estimate within one bucket). Summaries
+    without buckets (no data) are skipped; bounds that differ raise ``ValueError``.
+    """
+    count, total = 0, 0.0
+    bounds: Tuple[float, ...] = ()
+    cumulative: List[int] = []
+    for summary in summaries:
+        count += summary.count
+        total += summary.sum
+        if not summary.buckets:
+            continue
+        these = tuple(bound for bound, _ in summary.buckets)
+        if not bounds:
+            bounds, cumulative = these, [0] * len(these)
+        elif these != bounds:
+            raise ValueError("cannot merge round-trip summaries with different bucket bounds")
+        for i, (_, n) in enumerate(summary.buckets):
+            cumulative[i] += n
+    return RttSummary(count=count, sum=total, buckets=tuple(zip(bounds, cumulative)))
 
 
 @dataclass(frozen=True)

@@ -222,6 +222,52 @@ def test_listen_text_lines_headers_and_file(stomp_broker_thread, tmp_path: Path)
     assert b"x-k:THREE" in head.splitlines() and f"destination:{queue}".encode() in head.splitlines()
 
 
+def test_listen_stats_prints_the_clients_metrics_at_the_end(stomp_broker_thread) -> None:
+    broker, queue = stomp_broker_thread, unique_queue()
+    for i in range(3):
+        broker.publish(queue, f"m{i}")
+    got = run("listen", "--url", broker.url, queue, "--count", "3", "--timeout", "10", "--stats")
+    assert got.returncode == 0, got
+    assert got.stdout == b"m0\nm1\nm2\n"  # data only: the metrics are for a person, on stderr
+    lines = err_lines(got)
+    head = lines.index("client stats:")
+    assert lines[head - 1].startswith("received 3 messages")  # after the summary
+    rows = {line.split("  ")[1]: line for line in lines[head + 1:]}
+    assert rows.keys() == {"messages", "acks / nacks", "receipts", "losses / reconnects", "frames in / out",
+                           "bytes in / out"}, lines
+    assert rows["messages"].endswith(" 0 sent, 3 received")
+    assert rows["acks / nacks"].endswith(" 3 / 0")
+    assert rows["losses / reconnects"].endswith(" 0 / 0")
+    # SUBSCRIBE and DISCONNECT asked for receipts: both came, with their round trip
+    assert " 2 confirmed, 0 failed; round trip p50 " in rows["receipts"] and ", p99 " in rows["receipts"]
+    frames_in, frames_out = (int(n) for n in rows["frames in / out"].split()[-3::2])
+    assert frames_in == 3 + 1 + 2  # 3 MESSAGEs, CONNECTED, 2 RECEIPTs
+    assert frames_out == len([f for f in broker.received if f.command != "CONNECT"]) + 1 == 1 + 1 + 3 + 1 + 1
+    # -q silences the status lines, not the metrics asked for
+    quiet = run("listen", "--url", broker.url, queue, "--timeout", "0.5", "--stats", "-q")
+    assert quiet.returncode == 0 and err_lines(quiet)[0] == "client stats:", quiet
+    assert " 0 sent, 0 received" in err_lines(quiet)[1]
+
+
+def test_stats_line_and_block_of_a_sum_of_clients() -> None:
+    from stompfast.cli.common import stats_block, stats_line
+    from stompfast.loadgen.clientstats import merge_records, stats_record
+
+    from stompfast import ClientStats
+
+    one = stats_record(ClientStats(messages_sent=5, frames_out=6, bytes_out=2048, connection_losses=1,
+                                   reconnects=1, frames_dropped=2, errors=1, receipts_failed=1))
+    total = merge_records([one, one])
+    block = stats_block(total)
+    assert block[0] == "client stats (2 connections):"
+    assert "10 sent, 0 received" in block[1]
+    assert block[4].endswith("2 / 2  (2 ERROR frames)")
+    assert block[5].endswith("0 / 12  (4 dropped with a lost connection)")
+    assert block[6].endswith("0 bytes / 4.0 KiB")
+    line = stats_line(total)
+    assert "out 12 (4.0 KiB)" in line and "2 failed" in line and "losses 2  reconnects 2" in line
+
+
 @pytest.mark.parametrize("ack", ["auto", "client", "client-individual"])
 def test_ack_modes_and_count(stomp_broker_thread, ack: str) -> None:
     broker, queue = stomp_broker_thread, unique_queue()

@@ -185,6 +185,10 @@ async def test_progress_is_reported() -> None:
     assert {p.phase for p in seen} >= {"connecting", "running"}
     assert max(p.sent for p in seen) == 1000 == seen[-1].sent
     assert all(p.target_rate == 1000 for p in seen)
+    stats = [p.client_stats for p in seen if p.client_stats is not None]  # about once a second
+    assert stats and all(s["clients"] == 2 for s in stats)  # the producer's and the consumer's connections
+    sent = [s["messages_sent"] for s in stats]
+    assert sent == sorted(sent) and sent[-1] <= 1000
 
 
 @pytest.mark.anyio
@@ -194,7 +198,7 @@ async def test_result_document_is_complete_json() -> None:
     doc = json.loads(json.dumps(result.to_dict(), allow_nan=False))
     assert doc["schema"] == "stompfast.loadgen/1" and doc["ok"] is True
     for key in ("config", "broker", "counts", "rates", "latency_us", "send_lag_us", "timeline", "errors",
-                "versions", "machine", "problems", "warnings", "started_at", "elapsed_s"):
+                "versions", "machine", "problems", "warnings", "started_at", "elapsed_s", "client_stats"):
         assert key in doc, key
     assert "hunter22" not in json.dumps(doc)
     assert doc["config"]["passcode_set"] is True and "passcode" not in doc["config"]
@@ -206,6 +210,8 @@ async def test_result_document_is_complete_json() -> None:
         assert key in row
     assert doc["versions"]["stompfast"] and doc["versions"]["backend"] in ("asyncio", "asyncio+uvloop", "trio")
     assert doc["machine"]["cpus"] >= 1
+    assert doc["client_stats"]["messages_sent"] == doc["counts"]["sent"] == 500
+    assert doc["client_stats"]["messages_received"] == doc["counts"]["received"] == 500
 
 
 def test_configuration_is_checked_before_any_io() -> None:
@@ -253,6 +259,54 @@ def test_bench_process_mode_as_installed_command() -> None:
     assert doc["counts"]["received"] == doc["counts"]["distinct"] == 3000
     assert doc["counts"]["duplicates"] == doc["counts"]["missing"] == 0
     assert done.stderr == b""  # -q: nothing for a person
+
+
+def test_bench_json_has_the_clients_metrics_merged_over_two_processes() -> None:
+    """Each worker sums its clients' client.stats(); the coordinator sums the workers' (receipt buckets too)."""
+    done = bench("--count", "3000", "-p", "2", "-c", "2", "--processes", "2", "--ack", "client-individual",
+                 "--receipts", "--receipt-window", "100", "--json", "--stats")
+    assert done.returncode == 0, done.stderr.decode()
+    doc = json.loads(done.stdout)
+    stats, counts = doc["client_stats"], doc["counts"]
+    assert doc["ok"] and counts["sent"] == counts["received"] == 3000
+    assert stats["clients"] == 4  # 2 producers and 2 consumers, one connection each
+    assert stats["messages_sent"] == counts["sent"] and stats["messages_received"] == counts["received"]
+    assert stats["acks"] == 3000 and stats["nacks"] == 0  # client-individual: one ACK per message
+    # a receipt per SEND, per SUBSCRIBE and per DISCONNECT; every one came
+    assert stats["receipts_confirmed"] == 3000 + 2 + 4 and stats["receipts_failed"] == 0
+    assert stats["connection_losses"] == stats["reconnects"] == stats["errors"] == stats["frames_dropped"] == 0
+    assert stats["bytes_queued"] == stats["receipts_pending"] == stats["buffered"] == 0
+    assert stats["frames_in"] >= 3000 + 3006 and stats["bytes_out"] > 3000 * 100
+    rtt = stats["receipt_rtt"]
+    assert rtt["count"] == 3006 and rtt["buckets"][-1][1] <= 3006
+    assert 0 < rtt["p50"] <= rtt["p90"] <= rtt["p99"]
+    # --stats: the same numbers at the end, on stderr (the JSON alone on stdout)
+    err = done.stderr.decode()
+    assert "client stats (4 connections):" in err and "3,000 sent, 3,000 received" in err
+    assert "3,006 confirmed, 0 failed; round trip p50 " in err
+
+
+def test_client_stats_records_merge_associatively() -> None:
+    from stompfast import ClientStats
+    from stompfast._stats import RttHistogram
+    from stompfast.loadgen.clientstats import merge_records, stats_record
+
+    records = []
+    for seconds in (0.0001, 0.002, 0.03):
+        h = RttHistogram()
+        for _ in range(10):
+            h.record(seconds)
+        records.append(stats_record(ClientStats(messages_sent=10, acks=1, buffered={"1": 2, "2": 1},
+                                                receipt_rtt=h.summary())))
+    flat = merge_records(records)
+    nested = merge_records([merge_records(records[:2]), records[2]])
+    assert flat == nested
+    assert flat["clients"] == 3 and flat["messages_sent"] == 30 and flat["buffered"] == 9
+    rtt = flat["receipt_rtt"]  # the upper bound of the bucket holding the quantile (~1.5x wide)
+    assert rtt["count"] == 30 and 0.002 <= rtt["p50"] <= 0.003 and 0.03 <= rtt["p90"] <= 0.045
+    assert json.loads(json.dumps(flat, allow_nan=False)) == flat
+    assert merge_records([])["receipt_rtt"] == {"count": 0, "sum": 0.0, "mean": 0.0, "p50": None, "p90": None,
+                                                 "p99": None, "buckets": []}
 
 
 def test_bench_table_and_plot(tmp_path) -> None:

@@ -13,7 +13,7 @@ import threading
 import anyio
 import pytest
 
-from stompfast import AsyncClient, Client, ClientStats, ReconnectPolicy
+from stompfast import AsyncClient, Client, ClientStats, ReconnectPolicy, RttSummary
 from stompfast._stats import RTT_BOUNDS, RttHistogram
 from stompfast.testing import Broker
 
@@ -146,3 +146,19 @@ def test_the_round_trip_histogram_buckets_and_quantiles():
         summary.quantile(0)
     assert ClientStats().as_dict()["receipt_rtt"] == {"count": 0, "sum": 0.0, "mean": 0.0, "p50": None,
                                                        "p90": None, "p99": None}
+
+
+def test_merged_summaries_have_the_quantiles_of_every_round_trip_together():
+    from stompfast._stats import merge_summaries
+
+    fast, slow, both = RttHistogram(), RttHistogram(), RttHistogram()
+    for i, seconds in enumerate([0.0002] * 90 + [0.003] * 9 + [0.4]):
+        (fast if i % 2 else slow).record(seconds)
+        both.record(seconds)
+    merged = merge_summaries([fast.summary(), slow.summary(), RttSummary()])  # an empty one: no buckets
+    assert merged == both.summary()
+    for q in (0.5, 0.9, 0.99, 1.0):
+        assert merged.quantile(q) == both.summary().quantile(q)
+    assert merge_summaries([]) == RttSummary()
+    with pytest.raises(ValueError):
+        merge_summaries([both.summary(), RttSummary(count=1, sum=1.0, buckets=((1.0, 1), (math.inf, 1)))])

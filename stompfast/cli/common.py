@@ -13,7 +13,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
 EXIT_OK = 0
@@ -92,8 +92,9 @@ class Status:
             else:
                 self.console = Console(stderr=True, highlight=False, soft_wrap=True)
 
-    def info(self, text: str, style: str = "") -> None:
-        if self.quiet:
+    def info(self, text: str, style: str = "", force: bool = False) -> None:
+        """Print ``text`` unless -q (``force``: even then, for output asked for explicitly, e.g. ``--stats``)."""
+        if self.quiet and not force:
             return
         if self.console is not None:
             self.console.print(text, style=style or None, markup=False)
@@ -109,6 +110,93 @@ class Status:
         if self.console is None or (to_stdout and isatty(sys.stdout)):
             return contextlib.nullcontext()
         return self.console.status(_Dynamic(describe))
+
+
+# -- client metrics (--stats) ----------------------------------------------------------------
+
+
+def add_stats_option(group: Any) -> None:
+    """``--stats`` (``listen``, ``bench``): the clients' own metrics, live and at the end."""
+    group.add_argument(
+        "--stats", action="store_true",
+        help="show the client's metrics (frames, bytes, acks, receipts and their round trip, losses):"
+        " on the live status line, and as a block on stderr at the end (even with -q)",
+    )
+
+
+def format_seconds(seconds: Any) -> str:
+    """A round trip for a person: ``"-"`` (none), ``"420 us"``, ``"1.28 ms"``, ``"130 ms"``."""
+    if seconds is None:
+        return "-"
+    us = float(seconds) * 1e6
+    if us < 1000:
+        return f"{us:,.0f} us"
+    return f"{us / 1000:,.2f} ms" if us < 100_000 else f"{us / 1000:,.0f} ms"
+
+
+def stats_line(stats: Mapping[str, Any]) -> str:
+    """The clients' metrics on one line (the live status): ``stats`` is ``ClientStats.as_dict()`` or a sum of them."""
+    rtt = stats.get("receipt_rtt") or {}
+    text = (
+        f"in {stats['frames_in']:,} frames ({format_size(stats['bytes_in'])})"
+        f"  out {stats['frames_out']:,} ({format_size(stats['bytes_out'])})"
+        f"  acks {stats['acks']:,}  receipts {stats['receipts_confirmed']:,}"
+    )
+    if rtt.get("count"):
+        text += f" (p99 {format_seconds(rtt.get('p99'))})"
+    if stats["receipts_failed"]:
+        text += f", {stats['receipts_failed']:,} failed"
+    if stats["connection_losses"] or stats["reconnects"]:
+        text += f"  losses {stats['connection_losses']:,}  reconnects {stats['reconnects']:,}"
+    if stats["bytes_queued"]:
+        text += f"  queued {format_size(stats['bytes_queued'])}"
+    return text
+
+
+def stats_block(stats: Mapping[str, Any], title: str = "client stats") -> list[str]:
+    """The clients' metrics at the end, a few aligned lines: messages, acks, receipts, the connection, traffic."""
+    rtt = stats.get("receipt_rtt") or {}
+    receipts = f"{stats['receipts_confirmed']:,} confirmed, {stats['receipts_failed']:,} failed"
+    if rtt.get("count"):
+        receipts += f"; round trip p50 {format_seconds(rtt.get('p50'))}, p99 {format_seconds(rtt.get('p99'))}"
+    rows = [
+        ("messages", f"{stats['messages_sent']:,} sent, {stats['messages_received']:,} received"),
+        ("acks / nacks", f"{stats['acks']:,} / {stats['nacks']:,}"),
+        ("receipts", receipts),
+        ("losses / reconnects", f"{stats['connection_losses']:,} / {stats['reconnects']:,}"
+         + (f"  ({plural(stats['errors'], 'ERROR frame')})" if stats["errors"] else "")),
+        ("frames in / out", f"{stats['frames_in']:,} / {stats['frames_out']:,}"
+         + (f"  ({stats['frames_dropped']:,} dropped with a lost connection)" if stats["frames_dropped"] else "")),
+        ("bytes in / out", f"{format_size(stats['bytes_in'])} / {format_size(stats['bytes_out'])}"),
+    ]
+    clients = stats.get("clients")
+    head = f"{title}:" if clients is None else f"{title} ({plural(int(clients), 'connection')}):"
+    width = max(len(name) for name, _ in rows)
+    return [head] + [f"  {name.ljust(width)}  {value}" for name, value in rows]
+
+
+class LiveStats:
+    """``describe()`` for a live line: the metrics of ``source()`` (a dict), taken at most once a second.
+
+    The live line is redrawn a few times a second (from rich's thread); a snapshot
+    of the counters is cheap but need not be taken that often.
+    """
+
+    def __init__(self, source: Callable[[], Mapping[str, Any] | None], every: float = 1.0) -> None:
+        self.source = source
+        self.every = every
+        self.taken = -math.inf
+        self.text = ""
+
+    def __call__(self) -> str:
+        import time
+
+        now = time.monotonic()
+        if now - self.taken >= self.every:
+            self.taken = now
+            stats = self.source()
+            self.text = stats_line(stats) if stats else ""
+        return self.text
 
 
 class _Dynamic:

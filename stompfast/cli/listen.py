@@ -17,16 +17,19 @@ from .common import (
     EXIT_OK,
     Connection,
     Failure,
+    LiveStats,
     Status,
     Stopped,
     add_common_options,
     add_connection_options,
+    add_stats_option,
     format_size,
     parse_header,
     plural,
     positive_float,
     positive_int,
     run_stoppable,
+    stats_block,
 )
 
 
@@ -52,6 +55,10 @@ Stopping: after --count messages; after --timeout SECONDS without a message (cou
 from the subscription and from each message); after --duration SECONDS in total; or
 Ctrl-C. The first three exit 0, Ctrl-C exits 130. A summary goes to stderr unless -q.
 
+--stats: the client's metrics (frames and bytes in and out, acks, receipts and their
+round trip, connection losses and reconnects) on the live line, and a block on stderr
+at the end (also with -q).
+
 examples:
   stompfast listen /queue/orders
   stompfast listen /queue/orders --count 1 --timeout 5        # wait up to 5 s for one
@@ -76,6 +83,7 @@ def add_listen_command(subparsers: Any) -> None:
     out.add_argument("--json", action="store_true", help="one JSON object per message (see below)")
     out.add_argument("--headers", action="store_true", help="print each message's headers before its body")
     out.add_argument("-o", "--output", metavar="DIR|FILE", help="write to files in DIR, or append to FILE")
+    add_stats_option(out)
     stop = p.add_argument_group("acknowledgement and stopping")
     stop.add_argument(
         "--ack", choices=("auto", "client", "client-individual"), default="client",
@@ -180,6 +188,7 @@ class _Tally:
         self.bytes = 0
         self.started = time.monotonic()
         self.reason = ""
+        self.stats: dict[str, Any] | None = None  # the client's metrics at the end (--stats)
 
 
 def run_listen(args: argparse.Namespace, ctx: dict[str, Any]) -> int:
@@ -190,15 +199,19 @@ def run_listen(args: argparse.Namespace, ctx: dict[str, Any]) -> int:
     tally = _Tally()
     code = EXIT_OK
     try:
-        run_stoppable(_listen, conn, args, sink, status, tally)
-    except Stopped as exc:
-        tally.reason = exc.name
-        code = exc.code
-    except KeyboardInterrupt:
-        tally.reason = "interrupted"
-        code = EXIT_INTERRUPTED
-    finally:
-        sink.close()
+        try:
+            run_stoppable(_listen, conn, args, sink, status, tally)
+        except Stopped as exc:
+            tally.reason = exc.name
+            code = exc.code
+        except KeyboardInterrupt:
+            tally.reason = "interrupted"
+            code = EXIT_INTERRUPTED
+        finally:
+            sink.close()
+    except BaseException:
+        _print_stats(args, status, tally)  # what the client did before it failed, above the error
+        raise
     if tally.reason:  # it subscribed: say how it went
         elapsed = time.monotonic() - tally.started
         status.info(
@@ -206,18 +219,37 @@ def run_listen(args: argparse.Namespace, ctx: dict[str, Any]) -> int:
             f" in {elapsed:.1f} s: {tally.reason}",
             "yellow" if code else "green",
         )
+    _print_stats(args, status, tally)
     return code
 
 
+def _print_stats(args: argparse.Namespace, status: Status, tally: _Tally) -> None:
+    """``--stats``: the client's metrics at the end, on stderr (asked for: also with -q)."""
+    if args.stats and tally.stats is not None:
+        for line in stats_block(tally.stats):
+            status.info(line, force=True)
+
+
 async def _listen(conn: Connection, args: argparse.Namespace, sink: Any, status: Status, tally: _Tally) -> None:
+    # in the client modes this is also the prefetch: never hold more than --count unacked
+    buffer_size = min(args.count, 1000) if args.count else 1000
+    client = conn.client()
+    try:
+        await _receive(client, conn, args, sink, status, tally, buffer_size)
+    finally:
+        tally.stats = client.stats().as_dict()  # after DISCONNECT: every frame counted
+
+
+async def _receive(
+    client: Any, conn: Connection, args: argparse.Namespace, sink: Any, status: Status, tally: _Tally,
+    buffer_size: int,
+) -> None:
     import anyio
 
     from ..errors import StaleMessageError
 
-    # in the client modes this is also the prefetch: never hold more than --count unacked
-    buffer_size = min(args.count, 1000) if args.count else 1000
     ack = args.ack != "auto"
-    async with conn.client() as client, client.subscribe(
+    async with client, client.subscribe(
         args.destination, ack=args.ack, buffer_size=buffer_size, headers=dict(args.sub_headers) or None
     ) as sub:
         tally.started = time.monotonic()
@@ -235,8 +267,11 @@ async def _listen(conn: Connection, args: argparse.Namespace, sink: Any, status:
             f" stopping {' or '.join(stops)}",
             "dim",
         )
+        live_stats = LiveStats(lambda: client.stats().as_dict()) if args.stats else None
+
         def progress() -> str:
-            return f"{args.destination}: {plural(tally.messages, 'message')} ({format_size(tally.bytes)})"
+            text = f"{args.destination}: {plural(tally.messages, 'message')} ({format_size(tally.bytes)})"
+            return f"{text}  |  {live_stats()}" if live_stats is not None else text
 
         with status.live(progress, to_stdout=args.output is None):
             with anyio.move_on_after(args.duration) as total:

@@ -25,6 +25,7 @@ from ..cli.common import (
     UsageError,
     add_common_options,
     add_connection_options,
+    add_stats_option,
     isatty,
     mask,
     one_line,
@@ -32,6 +33,8 @@ from ..cli.common import (
     plural,
     positive_float,
     positive_int,
+    stats_block,
+    stats_line,
 )
 from ..errors import ConfigurationError
 from .config import ACK_MODES, LoadConfig, LoadResult, Progress
@@ -53,7 +56,10 @@ send as fast as they can (closed loop). The run ends when every message arrived,
 --drain-timeout seconds after the producers stopped with nothing new arriving.
 
 Output: a table on stdout (--json: one JSON document instead, nothing else on stdout),
-live progress and the verdict on stderr (-q: errors only). Exit 0 when every message
+live progress and the verdict on stderr (-q: errors only). The JSON always holds the
+clients' own metrics (client_stats: frames, bytes, acks, receipts, losses, summed over
+every connection); --stats also shows them on the live line and as a block on stderr
+at the end. Exit 0 when every message
 arrived exactly once and nothing failed; 1 when messages were lost or duplicated or
 errors happened (the verdict says which); 2 for usage errors.
 
@@ -163,6 +169,7 @@ def add_bench_command(subparsers: Any) -> None:
                           help="consumer buffer, and broker prefetch in the client ack modes (default 1000)")
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="write the complete result as JSON on stdout")
+    add_stats_option(out)
     out.add_argument("--plot", metavar="FILE.png", help="write throughput and latency over time (needs matplotlib)")
     out.add_argument("--interval", metavar="SECONDS", type=positive_float, default=1.0,
                      help="timeline resolution (default 1)")
@@ -277,9 +284,11 @@ def _print_table(result: LoadResult, title: str) -> None:
     sys.stdout.flush()
 
 
-def _progress_line(p: Progress) -> str:
+def _progress_line(p: Progress, with_stats: bool = False) -> str:
     if p.phase == "connecting":
         return "connecting and subscribing..."
+    if with_stats and p.client_stats:
+        return _progress_line(p) + "  |  " + stats_line(p.client_stats)
     expected = f" of {p.expected:,}" if p.expected is not None else ""
     text = (
         f"{p.elapsed:6.1f} s  sent {p.sent:,} ({p.send_rate:,.0f}/s)  received {p.received:,}{expected}"
@@ -354,14 +363,15 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
     latest: List[Progress] = [Progress("connecting", 0.0)]
     plain = not args.quiet and status.console is None
     printed = [0.0]  # the first line after a second
+    live_stats = args.stats and isatty(sys.stderr)  # the metrics on the live line; in a log, only at the end
 
     def on_progress(p: Progress) -> None:
         latest[0] = p
         if plain and p.phase != "connecting" and p.elapsed - printed[0] >= 1.0:
             printed[0] = p.elapsed
-            print(_progress_line(p), file=sys.stderr, flush=True)
+            print(_progress_line(p, live_stats), file=sys.stderr, flush=True)
 
-    with status.live(lambda: _progress_line(latest[0]), to_stdout=False):
+    with status.live(lambda: _progress_line(latest[0], live_stats), to_stdout=False):
         result = run(config, on_progress, backend=backend, backend_options=backend_options)
     if args.json:
         print(json.dumps(_masked(result.to_dict(), conn.secrets), indent=2, allow_nan=False), flush=True)
@@ -375,6 +385,9 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
         status.info(f"plot written to {args.plot}", "dim")
     for warning in result.warnings:
         status.info(f"warning: {mask(warning, conn.secrets)}", "yellow")
+    if args.stats and result.client_stats:  # asked for: also with -q
+        for line in stats_block(result.client_stats):
+            status.info(line, force=True)
     c = result.counts
     if result.ok:
         status.info(

@@ -164,6 +164,9 @@ class Progress:
     send_rate: float = 0.0  # messages/s over about the last second
     receive_rate: float = 0.0
     target_rate: Optional[float] = None
+    #: the clients' own metrics summed over every connection (``client.stats()``, as in
+    #: ``LoadResult.client_stats``), refreshed about once a second; None until the first
+    client_stats: Optional[Dict[str, Any]] = None
 
 
 @dataclasses.dataclass
@@ -177,6 +180,8 @@ class LoadResult:
     ``latency_us`` and ``send_lag_us``: count, min, mean, stddev, p50, p90, p99, p99.9,
     p99.99, max (``send_lag_us`` in fixed-rate mode only: actual minus intended send
     time). ``histogram``: the merged HdrHistogram of end-to-end latency (microseconds).
+    ``client_stats``: the clients' own metrics (``client.stats()``) summed over every
+    connection of every worker, taken after they disconnected (:mod:`.clientstats`).
     """
 
     config: LoadConfig
@@ -195,6 +200,7 @@ class LoadResult:
     started_at: str
     elapsed: float
     histogram: Any = dataclasses.field(default=None, repr=False)
+    client_stats: Dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
     def to_dict(self) -> Dict[str, Any]:
         """A JSON-ready dict (``schema: "stompfast.loadgen/1"``)."""
@@ -215,4 +221,5 @@ class LoadResult:
             "errors": list(self.errors),
             "versions": dict(self.versions),
             "machine": dict(self.machine),
+            "client_stats": dict(self.client_stats),
         }

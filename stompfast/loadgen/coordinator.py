@@ -13,6 +13,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import anyio
 
+from .clientstats import merge_records
 from .config import LoadConfig, LoadResult, Progress, is_fanout
 from .histogram import histogram_class
 from .links import LocalLink, ProcessLink, WorkerView, current_backend, process_main
@@ -117,10 +118,13 @@ def _receive(view: WorkerView, timeline: Timeline) -> None:
             view.ready = message[1]
         elif kind == "progress":
             view.progress = message[1]
+            if "client_stats" in message[1]:
+                view.client_stats = message[1]["client_stats"]
             timeline.add(message[1]["intervals"])
         elif kind == "final":
             view.final = message[1]
             view.progress = message[1]
+            view.client_stats = message[1].get("client_stats", view.client_stats)
             timeline.add(message[1]["intervals"])
         elif kind == "fatal":
             raise message[1]
@@ -215,6 +219,7 @@ async def _drive(
             last_report = mono
             t_old, s_old, r_old = history[0]
             span = mono - t_old
+            latest = [v.client_stats for v in views if v.client_stats is not None]
             progress(Progress(
                 "draining" if done else "running",
                 max(0.0, (time.time_ns() - t0) / 1e9),
@@ -226,6 +231,7 @@ async def _drive(
                 send_rate=(sent - s_old) / span if span > 0 else 0.0,
                 receive_rate=(received - r_old) / span if span > 0 else 0.0,
                 target_rate=config.rate,
+                client_stats=merge_records(latest) if latest else None,
             ))
     return state
 

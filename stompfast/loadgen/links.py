@@ -128,3 +128,4 @@ class WorkerView:
         self.ready: Optional[Dict[str, Any]] = None
         self.progress: Dict[str, Any] = {}
         self.final: Optional[Dict[str, Any]] = None
+        self.client_stats: Optional[Dict[str, Any]] = None  # the latest of its progress reports

@@ -12,6 +12,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..cli.common import mask
+from .clientstats import merge_records
 from .config import LoadConfig, LoadResult, is_fanout
 from .histogram import histogram_class, new_histogram, percentiles
 from .links import WorkerView
@@ -187,6 +188,7 @@ def merge_results(
         started_at=started_at,
         elapsed=(end - t0) / 1e9,
         histogram=total,
+        client_stats=merge_records(f["client_stats"] for f in finals if f.get("client_stats")),
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import anyio
 
+from .clientstats import merge_records, stats_record
 from .config import H_PRODUCER, H_SEQ, H_TS, H_WARMUP
 from .histogram import COUNTS_LEN, HALF_COUNT, HALF_MAGNITUDE, SHIFT, SUB_MASK, new_histogram
 from .plan import WorkerSpec, group_name
@@ -19,6 +20,7 @@ from .timeline import Recorder, max_present, min_present
 
 
 TICK = 0.05  # seconds between a worker's progress reports / the coordinator's checks
+STATS_EVERY = 1.0  # seconds between the clients' metrics in the progress reports
 
 
 class SubState:
@@ -44,6 +46,8 @@ class Worker:
         self.producers = [ProducerState(ps, len(spec.destinations)) for ps in spec.producers]
         self.groups: Dict[str, Dict[str, bytearray]] = {}
         self.subs: List[Tuple[Any, SubState]] = []
+        self.clients: List[Any] = []  # every connection, for its client.stats()
+        self.stats_due = 0.0
         self.recorder: Optional[Recorder] = None
         self.consumers_alive = 0
         self.stopping = False
@@ -74,6 +78,7 @@ class Worker:
             try:
                 for c in spec.consumers:
                     client = await stack.enter_async_context(self._client())
+                    self.clients.append(client)
                     self.info.setdefault("server", client.server)
                     self.info.setdefault("version", client.version)
                     for d, destination in enumerate(spec.destinations):
@@ -88,6 +93,7 @@ class Worker:
                 clients = []
                 for _ in self.producers:
                     client = await stack.enter_async_context(self._client())
+                    self.clients.append(client)
                     self.info.setdefault("server", client.server)
                     self.info.setdefault("version", client.version)
                     clients.append(client)
@@ -124,6 +130,7 @@ class Worker:
                 await stack.aclose()
             except Exception as exc:  # DISCONNECT trouble is worth a line, not a failure of the run
                 final["close_warning"] = f"closing connections: {exc!r}"
+            final["client_stats"] = self._client_stats()  # after DISCONNECT: every frame counted
             self.link.put(("final", final))
 
     async def _wait_for_go(self) -> Optional[int]:
@@ -152,7 +159,12 @@ class Worker:
                 producers.cancel()
                 consumers.cancel()
                 return
-            self.link.put(("progress", self._snapshot()))
+            snapshot = self._snapshot()
+            mono = time.monotonic()
+            if mono >= self.stats_due:
+                self.stats_due = mono + STATS_EVERY
+                snapshot["client_stats"] = self._client_stats()
+            self.link.put(("progress", snapshot))
 
     def _snapshot(self) -> Dict[str, Any]:
         rec = self.recorder
@@ -171,6 +183,10 @@ class Worker:
             "consumers_alive": self.consumers_alive,
             "intervals": rec.take() if rec is not None else [],
         }
+
+    def _client_stats(self) -> Dict[str, Any]:
+        """The sum of this worker's clients' metrics (``client.stats()``): see :mod:`.clientstats`."""
+        return merge_records(stats_record(client.stats()) for client in self.clients)
 
     def _final(self) -> Dict[str, Any]:
         snap = self._snapshot()

@@ -3,9 +3,10 @@
 One partition per worker; each runs :func:`stompfast.loadgen.run` (its producers and
 consumers, in the executor's Python worker) against the broker on a destination of its
 own (``<destinationPrefix>-<worker>``, so each worker's counts are exact) and returns
-one stats row with its HdrHistogram encoded. :func:`run_cluster_load` runs that on the
-driver and merges the rows: counts summed, histograms added (exact cluster-wide
-latency percentiles), throughput over the cluster's wall-clock span.
+one stats row with its HdrHistogram encoded and its clients' own metrics as JSON.
+:func:`run_cluster_load` runs that on the driver and merges the rows: counts summed,
+histograms added (exact cluster-wide latency percentiles), the clients' metrics summed
+(their receipt round-trip buckets added), throughput over the cluster's wall-clock span.
 
 Executors need ``stompfast[loadgen,spark]`` installed (hdrhistogram is how the
 histograms travel) and must reach the broker's URL.
@@ -14,6 +15,7 @@ histograms travel) and must reach the broker's URL.
 from __future__ import annotations
 
 import dataclasses
+import json
 import socket
 import time
 import uuid
@@ -32,7 +34,7 @@ LOADGEN_SCHEMA = (
     "sent LONG, confirmed LONG, received LONG, distinct LONG, duplicates LONG, missing LONG, "
     "unexpected LONG, errors LONG, send_msgs_per_s DOUBLE, receive_msgs_per_s DOUBLE, "
     "started_ns LONG, finished_ns LONG, elapsed_s DOUBLE, latency_p50_us DOUBLE, latency_p99_us DOUBLE, "
-    "histogram STRING"
+    "histogram STRING, client_stats STRING"
 )
 
 #: LoadConfig fields that cannot be given as options (the split ones are per cluster, see below).
@@ -142,6 +144,7 @@ class StompLoadgenReader(DataSourceReader):
             c["sent"], c["confirmed"], c["received"], c["distinct"], c["duplicates"], c["missing"],
             c["unexpected"], c["errors"], result.rates.get("send_msgs_per_s"), result.rates.get("receive_msgs_per_s"),
             started, finished, result.elapsed, lat.get("p50"), lat.get("p99"), encoded,
+            json.dumps(result.client_stats, allow_nan=False) if result.client_stats else None,
         )
 
 
@@ -152,7 +155,9 @@ class ClusterLoadResult:
     ``counts``: sums over the workers. ``rates``: ``send``/``receive_msgs_per_s`` is
     the sum of the workers' rates (they run at the same time), ``wall_msgs_per_s``
     received messages over the span from the first worker's start to the last one's
-    end. ``latency_us``: percentiles of the merged histogram. ``rows``: the workers'.
+    end. ``latency_us``: percentiles of the merged histogram. ``client_stats``: the
+    clients' own metrics summed over every worker (as ``LoadResult.client_stats``).
+    ``rows``: the workers'.
     """
 
     ok: bool
@@ -162,15 +167,17 @@ class ClusterLoadResult:
     latency_us: Optional[Dict[str, float]]
     rows: List[Dict[str, Any]]
     histogram: Any = dataclasses.field(default=None, repr=False)
+    client_stats: Dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
     def to_dict(self) -> Dict[str, Any]:
         return {"ok": self.ok, "problems": self.problems, "counts": self.counts, "rates": self.rates,
-                "latency_us": self.latency_us,
-                "rows": [{k: v for k, v in r.items() if k != "histogram"} for r in self.rows]}
+                "latency_us": self.latency_us, "client_stats": self.client_stats,
+                "rows": [{k: v for k, v in r.items() if k not in ("histogram", "client_stats")} for r in self.rows]}
 
 
 def merge_rows(rows: Sequence[Dict[str, Any]]) -> ClusterLoadResult:
     """Aggregate the stats rows of ``stomp-loadgen`` (dicts) into a :class:`ClusterLoadResult`."""
+    from ..loadgen.clientstats import merge_records
     from ..loadgen.histogram import histogram_class, new_histogram, percentiles
 
     keys = ("sent", "confirmed", "received", "distinct", "duplicates", "missing", "unexpected", "errors")
@@ -198,6 +205,7 @@ def merge_rows(rows: Sequence[Dict[str, Any]]) -> ClusterLoadResult:
     return ClusterLoadResult(
         ok=bool(rows) and all(r["ok"] for r in rows), problems=problems, counts=counts, rates=rates,
         latency_us=percentiles(total), rows=[dict(r) for r in rows], histogram=total,
+        client_stats=merge_records(json.loads(r["client_stats"]) for r in rows if r.get("client_stats")),
     )
 
 

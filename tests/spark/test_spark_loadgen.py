@@ -25,6 +25,9 @@ def test_loadgen_source_totals_match_the_broker(spark: Any, target: Any) -> None
     assert c["missing"] == c["duplicates"] == c["errors"] == 0
     assert result.latency_us is not None and result.latency_us["count"] == n
     assert result.rates["receive_msgs_per_s"] and result.rates["wall_msgs_per_s"]
+    stats = result.client_stats  # the clients' own metrics, summed over both tasks (receipt buckets too)
+    assert stats["clients"] == 4 and stats["messages_sent"] == stats["messages_received"] == n
+    assert stats["receipt_rtt"]["count"] == stats["receipts_confirmed"] >= n and stats["receipt_rtt"]["p99"]
     if before is not None:  # the broker's own counters
         after = target.broker.stats
         sends = after.frames_in.get("SEND", 0) - before.frames_in.get("SEND", 0)
