@@ -5,6 +5,7 @@ from ._config import Endpoint
 from ._protocol import Message
 from ._reconnect import ConnectionEvent, ReconnectPolicy
 from ._scanner import FrameScanner, encode_frame
+from ._stats import ClientStats, RttSummary
 from ._subscription import AsyncSubscription
 from ._sync import Client, Portal, ReceiptFuture, Subscription, SyncMessage, Transaction
 from .errors import (
@@ -48,6 +49,7 @@ __all__ = [
     "AuthenticationError",
     "Client",
     "ClientClosedError",
+    "ClientStats",
     "ConfigurationError",
     "ConnectError",
     "ConnectTimeout",
@@ -69,6 +71,7 @@ __all__ = [
     "ReceiveTimeout",
     "ReconnectPolicy",
     "RemoteProtocolError",
+    "RttSummary",
     "ServerError",
     "StaleMessageError",
     "StompConnectionError",

@@ -71,6 +71,7 @@ from ._outbox import Outbox
 from ._protocol import SessionState
 from ._receipt import PendingReceipt, Receipt
 from ._session import Session
+from ._stats import Counters
 from ._supervisor import Supervisor
 from ._subscription import Inlet, LiveSession, SubscriptionOps
 from ._transaction import AsyncTransaction, SessionTransaction
@@ -89,7 +90,7 @@ PROTOCOL_OPTIONS = (
 )
 
 
-class AsyncClient(Link, Supervisor, Outbox, Inbox, Session):
+class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
     """An asynchronous STOMP client: one broker connection at a time, re-established when lost.
 
     Args:
@@ -214,6 +215,7 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session):
         self.reconnects = 0
         self._sub_ops: Optional[SubscriptionOps] = None
         self._live = LiveSession()  # the session acks may go to (the subscriptions' fast stale test)
+        self._init_counters()
 
     @property
     def version(self) -> Optional[str]:
@@ -355,6 +357,7 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session):
                             data, receipt_id = self._protocol.disconnect(receipt=True)
                             receipt = self._register(receipt_id)
                             self._queue(data)
+                            self._n_control += 1
                             # Written from here: when the block is left by a
                             # cancellation, the writer task is cancelled too.
                             await self._write_queued()
@@ -371,6 +374,7 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session):
             self._fail_receipts(self._error or closed)
             for sub in list(self._subs.values()):
                 sub.close(self._error)
+                self._n_received_gone += sub.seq
             self._subs.clear()
             if self._error is None:
                 self._error = closed
@@ -433,6 +437,8 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session):
         if self._state == "open" and conn_log.isEnabledFor(logging.WARNING):
             conn_log.warning("connection to %s failed: %s", where(self.endpoint), describe_error(error))
         self._error = error
+        if self._link_alive:
+            self._n_losses += 1
         self._link_alive = False
         self._live.protocol = None
         self._fail_receipts(error)
@@ -590,6 +596,8 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session):
         data, receipt_id = self._protocol.probe()
         probe = self._register(receipt_id)
         await self._write(data)
+        self._n_control += 1
+        self._n_extra_frames += 1  # (the probe is two frames in one entry: BEGIN and ABORT)
         pending.append(probe)
         self._flush_now()
         await self.wait_receipts(pending)

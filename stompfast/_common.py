@@ -43,7 +43,7 @@ def copy_error(error: BaseException) -> BaseException:
     try:
         reduced: Any = error.__reduce__()
         func, args, state = reduced[:3]
-        fresh = func(*args)
+        fresh: BaseException = func(*args)
         if state:
             fresh.__dict__.update(state)
         fresh.__cause__ = error.__cause__

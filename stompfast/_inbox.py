@@ -25,6 +25,7 @@ import anyio
 
 from ._framelog import frame_log
 from ._protocol import ErrorReceived, Message, ReceiptReceived, SessionState, StompProtocol
+from ._stats import Counters
 from ._receipt import PendingReceipt
 from ._subscription import Inlet
 from ._transport import READ_SIZE, AsyncioTransport, PushTransport, StompTransport, describe_error
@@ -45,7 +46,7 @@ class Resume:
         self.on_space()
 
 
-class Inbox:
+class Inbox(Counters):
     """Incoming frames: the reader, dispatch to inlets and receipt waiters, flow control (a part of AsyncClient)."""
 
     # owns (the receipt registry: registered here, reset per connection by the link, written by
@@ -66,6 +67,7 @@ class Inbox:
     _state: str
     _link_alive: bool
     _loop: Any
+    _clock: Callable[[], float]
     _registry_lock: Any
     _stall_timeout: float
     _heartbeat_tolerance: float
@@ -160,6 +162,7 @@ class Inbox:
                     self._last_received = anyio.current_time()
                 if frame_log.isEnabledFor(DEBUG):
                     self._log_frames("<", data)
+                self._n_bytes_in += len(data)
                 try:
                     events = protocol.receive_data(data)
                 except RemoteProtocolError as exc:
@@ -193,6 +196,7 @@ class Inbox:
 
     def _dispatch_now(self, events: List[Any]) -> Optional[List[Inlet]]:
         """Hand one read's events to subscriptions and receipts; return the subscriptions now full."""
+        self._n_frames_in += len(events)
         subs = self._subs
         touched: List[Inlet] = []
         last_id: Optional[str] = None
@@ -206,13 +210,18 @@ class Inbox:
                         touched.append(last)
                 if last is not None:
                     last.deliver(event)
+                else:
+                    self._n_received_gone += 1
                 # else: a message for a subscription we left; the broker redelivers
                 # it in client modes, and in auto mode it was unwanted anyway
             elif type(event) is ReceiptReceived:
                 receipt = self._receipts.pop(event.receipt_id, None)
                 if receipt is not None:
+                    self._n_receipts_ok += 1
+                    self._rtt.record(self._clock() - receipt.sent_at)
                     receipt.resolve()
             elif type(event) is ErrorReceived:
+                self._n_errors += 1
                 for sub in touched:
                     sub.ready.set()
                 self._fail(event.error)
@@ -241,6 +250,7 @@ class Inbox:
             self._last_received = self._loop.time()
         if frame_log.isEnabledFor(DEBUG):
             self._log_frames("<", data)
+        self._n_bytes_in += len(data)
         try:
             try:
                 events = self._protocol.receive_data(data)
@@ -364,13 +374,15 @@ class Inbox:
         with self._registry_lock:
             receipts = list(self._receipts.values())
             self._receipts.clear()
+        self._n_receipts_failed += len(receipts)
         for receipt in receipts:
             receipt.reject(error)
 
     def _register(self, receipt_id: Optional[str]) -> PendingReceipt:
         assert receipt_id is not None
-        receipt = PendingReceipt(receipt_id, self._loop)
+        receipt = PendingReceipt(receipt_id, self._loop, self._clock())
         if self._stalled and self._paused_on is not None:
+            self._n_receipts_failed += 1
             receipt.reject(self._stall_error(self._paused_on))
         else:
             self._receipts[receipt_id] = receipt

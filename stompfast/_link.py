@@ -23,6 +23,7 @@ import anyio
 from ._config import Endpoint
 from ._framelog import FrameLog, frame_log
 from ._protocol import Connected, ErrorReceived, StompProtocol
+from ._stats import Counters
 from ._receipt import PendingReceipt
 from ._subscription import Inlet
 from ._transport import READ_SIZE, StompTransport, WebSocketSpec, open_transport
@@ -31,7 +32,7 @@ from .errors import ConnectError, ConnectionLostError, ConnectTimeout, StompErro
 __all__ = ["Link"]
 
 
-class Link:
+class Link(Counters):
     """Opening and installing one connection (a part of AsyncClient)."""
 
     # owns: the installed connection (_protocol, _transport, endpoint, _scopes, _frames); reads the options
@@ -125,6 +126,8 @@ class Link:
                     connect = protocol.connect()
                     if frames is not None:
                         frames.feed(">", connect)
+                    self._n_connects += 1
+                    self._n_bytes_out += len(connect)
                     await transport.send(connect)
                     leftover = await self._await_connected(transport, protocol, endpoint, frames)
             except TimeoutError as exc:
@@ -175,6 +178,7 @@ class Link:
                     )
                     pending.append(self._register(receipt_id))
                     self._queue(data)
+                    self._n_control += 1
                 self._flush_now()
                 with anyio.fail_after(self._connect_timeout):
                     await self.wait_receipts(pending)
@@ -199,6 +203,7 @@ class Link:
             data = await transport.receive(READ_SIZE)
             if frames is not None:
                 frames.feed("<", data)
+            self._n_bytes_in += len(data)
             if not data:
                 hint = "is this a STOMP port?"
                 if self._tls(endpoint) and not protocol.buffered:
@@ -215,6 +220,9 @@ class Link:
             events = protocol.receive_data(data)
             for i, event in enumerate(events):
                 if isinstance(event, Connected):
+                    self._n_frames_in += 1  # (the rest are dispatched, and counted, with the session's)
                     return events[i + 1 :]
                 if isinstance(event, ErrorReceived):
+                    self._n_frames_in += 1
+                    self._n_errors += 1
                     raise event.error

@@ -27,6 +27,7 @@ import anyio.lowlevel
 from ._common import body_bytes
 from ._framelog import frame_log
 from ._protocol import Message, StompProtocol
+from ._stats import Counters
 from ._receipt import PendingReceipt, Receipt
 from ._transport import AsyncioTransport, StompTransport
 from .errors import ConnectionLostError
@@ -39,7 +40,7 @@ __all__ = ["Outbox", "WRITE_THROUGH_BYTES"]
 WRITE_THROUGH_BYTES = 256 * 1024
 
 
-class Outbox:
+class Outbox(Counters):
     """Outgoing frames, in order: the queue, the writer task, the heart-beat sender (a part of AsyncClient)."""
 
     # owns
@@ -91,6 +92,8 @@ class Outbox:
     def _drop_outbox(self) -> int:
         """The link is lost: drop what was never written; return how many frames that was."""
         dropped = sum(1 for data in self._out if data != b"\n")
+        self._n_entries_dropped += len(self._out)
+        self._n_frames_dropped += dropped
         self._out.clear()
         self._out_bytes = 0
         return dropped
@@ -136,6 +139,8 @@ class Outbox:
             if self._transport.try_write(data):
                 if frame_log.isEnabledFor(DEBUG):
                     self._log_frames(">", data)
+                self._n_entries_written += len(out)
+                self._n_bytes_out += len(data)
                 out.clear()
                 self._out_bytes = 0
                 if self._drained is not None:
@@ -150,6 +155,8 @@ class Outbox:
             return
         out = self._out
         data = out[0] if len(out) == 1 else b"".join(out)
+        self._n_entries_written += len(out)
+        self._n_bytes_out += len(data)
         out.clear()
         self._out_bytes = 0
         if frame_log.isEnabledFor(DEBUG):
@@ -161,6 +168,8 @@ class Outbox:
         transport = self._transport
         if transport is None or self._error is not None or not transport.try_write(data):
             return False
+        self._n_entries_written += 1
+        self._n_bytes_out += len(data)
         if frame_log.isEnabledFor(DEBUG):
             self._log_frames(">", data)
         if self._beating:
@@ -217,6 +226,8 @@ class Outbox:
                 # (send_from_thread) must never pass frames taken but not yet written
                 self._writing = True
                 data = out[0] if len(out) == 1 else b"".join(out)
+                self._n_entries_written += len(out)
+                self._n_bytes_out += len(data)
                 out.clear()
                 self._out_bytes = 0
                 if self._drained is not None:
@@ -243,12 +254,14 @@ class Outbox:
         while True:
             await anyio.sleep(quarter)
             if not self._out and anyio.current_time() - self._last_sent >= half:
+                self._n_heartbeats += 1
                 self._queue(b"\n")
 
     def _queue_ack(self, message: Message) -> bool:
         """The common ACK (no receipt, no transaction) queued now; False if that must wait (the caller awaits)."""
         if self._error is None and self._state == "open" and self._out_bytes < self._send_buffer_bytes:
             data = self._protocol.ack_plain(message)
+            self._n_acks += 1
             out = self._out  # _queue, inlined: calling it costs ~5% of a client-ack drain
             out.append(data)
             self._out_bytes += len(data)
@@ -336,12 +349,14 @@ class Outbox:
                 return None
             receipt_id = "t%d" % next(self._thread_receipts)
             data = self._protocol.encode_send(destination, body, headers, content_type, receipt_id)
-            receipt = PendingReceipt(receipt_id, self._loop)
+            receipt = PendingReceipt(receipt_id, self._loop, self._clock())
             receipt.add_done_callback(on_done)  # before anything can complete it
             self._receipts[receipt_id] = receipt
             if not transport.write_from_thread(data):
                 del self._receipts[receipt_id]
                 return None
+            self._n_thread_sends += 1  # (threads' own counters, under the lock: the loop's are not)
+            self._n_thread_bytes += len(data)
             if self._beating:
                 self._last_sent = self._clock()
         if frame_log.isEnabledFor(DEBUG):

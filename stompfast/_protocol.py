@@ -24,7 +24,7 @@ Nothing here or there imports anyio, asyncio, socket or time: a test enforces it
 from __future__ import annotations
 
 import enum
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ._events import Connected, ErrorReceived, Event, Message, ReceiptReceived
 from ._scanner import FrameScanner, encode_frame
@@ -105,7 +105,7 @@ TRANSITIONS: Dict[Tuple[SessionState, str], SessionState] = {
 del S
 
 #: what may happen in each state: ``_check`` is one set lookup on the hot path
-_ALLOWED: Dict[SessionState, frozenset] = {
+_ALLOWED: Dict[SessionState, FrozenSet[str]] = {
     state: frozenset(what for (s, what) in TRANSITIONS if s is state) for state in SessionState
 }
 #: encoded SEND heads kept per (destination, content-type) before the cache is cleared
@@ -252,7 +252,7 @@ class StompProtocol:
         self._subscriptions: Dict[str, str] = {}  # id -> ack mode
         self._next_sub = 0
         self._next_tx = 0
-        self._transactions: set = set()
+        self._transactions: Set[str] = set()
         self.disconnect_receipt: Optional[str] = None
 
     # -- state -------------------------------------------------------------------

@@ -95,7 +95,12 @@ class PendingReceipt(Receipt):
     (Users only ever see the :class:`Receipt` interface.)
     """
 
-    __slots__ = ()
+    __slots__ = ("sent_at",)
+
+    def __init__(self, receipt_id: str, loop: Any = None, sent_at: float = 0.0) -> None:
+        super().__init__(receipt_id, loop)
+        #: when the frame was given to the connection (the client's clock): the round trip starts there
+        self.sent_at = sent_at
 
     def resolve(self) -> None:
         """(The client, in the loop.) The RECEIPT arrived: wake the waiters, run the callbacks."""

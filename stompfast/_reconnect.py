@@ -118,7 +118,7 @@ class ReconnectPolicy:
 
     def delay(self, failed: int, rng: Any = random) -> float:
         """Seconds to wait after the ``failed``-th consecutive failed attempt (1-based)."""
-        base = min(self.initial_delay * self.multiplier ** max(failed - 1, 0), self.max_delay)
+        base: float = min(self.initial_delay * self.multiplier ** max(failed - 1, 0), self.max_delay)
         if self.jitter:
             base *= 1 + self.jitter * (2 * rng.random() - 1)
         return max(base, 0.0)

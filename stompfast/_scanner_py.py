@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 from itertools import islice, repeat
-from typing import Any, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from .errors import ConfigurationError, LimitExceededError, LocalProtocolError, RemoteProtocolError
 from .frames import COMMANDS, Frame
@@ -80,6 +80,9 @@ _ESCAPE_SEQ = re.compile(r"\\.?", re.S)
 _PAD = " \t"  # STOMP 1.0 peers pad names and values with these
 #: what the scanning methods read: the caller's bytes, or the scanner's own growing buffer
 _Buf = Union[bytes, bytearray]
+if TYPE_CHECKING:
+    #: a parsed head: ``(command, headers, repeats, body_start, content_length)`` (see ``frames``)
+    _Head = Tuple[str, Dict[str, str], Optional[List[Tuple[str, str]]], int, int]
 _SKIPPABLE = b"\n\r "  # bytes that may begin an empty line before a frame (the space only when lenient)
 _split = str.split
 _COLONS = repeat(":")  # endless: shared by every map() below
@@ -107,7 +110,7 @@ class _BadEscape(Exception):
     pass
 
 
-def _unescape(text: str, table: dict) -> str:
+def _unescape(text: str, table: Dict[str, str]) -> str:
     def replace(match: "re.Match[str]") -> str:
         seq = match.group()
         try:
@@ -193,7 +196,7 @@ class FrameScanner:
         self._checked = 0  # head bytes already checked for early faults
         self._lfs = 0  # LFs among them
         self._cmd_done = False  # the command line was complete and valid
-        self._head: Optional[Tuple[str, dict, Optional[list], int, int]] = None
+        self._head: Optional[_Head] = None
 
     @property
     def version(self) -> str:
@@ -479,7 +482,7 @@ class FrameScanner:
         self._checked = end - start
         self._lfs = lfs
 
-    def _fast_head(self, buf: _Buf, start: int, hend: int) -> Optional[Tuple[str, dict, Optional[list], int, int]]:
+    def _fast_head(self, buf: _Buf, start: int, hend: int) -> Optional[_Head]:
         """Parse a head ending in ``LF LF`` at ``hend`` quickly, or return None.
 
         None sends the head down the general path, which finds the same end (a CR
@@ -544,7 +547,7 @@ class FrameScanner:
 
     def _parse_head(
         self, buf: _Buf, start: int, hend: int, body_start: int
-    ) -> Tuple[str, dict, Optional[list], int, int]:
+    ) -> _Head:
         """Parse a complete head into ``(command, headers, repeats, body_start, content_length)``.
 
         ``body_start`` is relative to ``start``; ``content_length`` is -1 when absent.
@@ -565,8 +568,8 @@ class FrameScanner:
         unescape = ver > 10 and "\\" in text and command not in _UNESCAPED_COMMANDS
         table = _UNESCAPE.get(ver, {})
         pad = ver == 10
-        headers: dict = {}
-        repeats: Optional[list] = None
+        headers: Dict[str, str] = {}
+        repeats: Optional[List[Tuple[str, str]]] = None
         for line in lines[1:]:
             name, colon, value = line.partition(":")
             if not colon:
@@ -657,7 +660,7 @@ def encode_frame(
     return _encode_general(command, headers, body, ver, raw)
 
 
-def _encode_dict_fast(command: str, headers: dict, body: bytes, ver: int) -> Optional[bytes]:
+def _encode_dict_fast(command: str, headers: Dict[Any, Any], body: bytes, ver: int) -> Optional[bytes]:
     """Encode a dict of str headers with whole-string operations, or return None.
 
     All names are joined into one string and all values into another (NUL, which

@@ -16,6 +16,7 @@ import anyio
 
 from ._common import body_bytes, log
 from ._protocol import Message, SessionState, StompProtocol
+from ._stats import Counters
 from ._receipt import PendingReceipt
 from ._subscription import DEFAULT_BUFFER_SIZE, AsyncSubscription, Inlet, LiveSession, SubscriptionOps
 from ._transaction import AsyncTransaction, SessionTransaction, TransactionOps
@@ -24,7 +25,7 @@ from .errors import StaleMessageError, StompError
 __all__ = ["Session"]
 
 
-class Session:
+class Session(Counters):
     """Subscriptions, acknowledgements and transactions on the current session (a part of AsyncClient)."""
 
     # owns
@@ -107,6 +108,7 @@ class Session:
         try:
             pending = self._register(receipt_id) if receipt_id is not None else None
             await self._write(data)
+            self._n_control += 1
             if pending is not None:
                 await pending.wait()
         except BaseException:
@@ -114,10 +116,12 @@ class Session:
             # left running on the broker nor re-established after a reconnect.
             if self._subs.get(sub_id) is sub:
                 del self._subs[sub_id]
+                self._n_received_gone += sub.seq
                 if self._link_alive and self._error is None and self._protocol.state is SessionState.CONNECTED:
                     try:
                         data, _ = self._protocol.unsubscribe(sub_id)
                         self._queue(data)
+                        self._n_control += 1
                     except StompError:
                         pass
             raise
@@ -126,12 +130,14 @@ class Session:
         if sub.id is None or self._subs.get(sub.id) is not sub:
             return
         del self._subs[sub.id]
+        self._n_received_gone += sub.seq
         if self._error is None and self._state == "open" and self._protocol.state is SessionState.CONNECTED:
             data, _ = self._protocol.unsubscribe(sub.id)
             # Bounded like DISCONNECT: a broker that stops reading (TCP flow control)
             # must not hold the caller here; the subscription is gone locally anyway.
             with anyio.move_on_after(self._disconnect_timeout):
                 await self._write(data)
+                self._n_control += 1
                 return
             log.debug("stompfast: UNSUBSCRIBE %r not queued within %g s", sub.id, self._disconnect_timeout)
 
@@ -160,13 +166,15 @@ class Session:
             data, receipt_id = self._protocol.ack(message, transaction=transaction, receipt=receipt)
         else:
             data, receipt_id = self._protocol.nack(message, transaction=transaction, receipt=receipt)
-        if receipt_id is None:
-            await self._write(data)
-            return
-        pending = self._register(receipt_id)
+        pending = self._register(receipt_id) if receipt_id is not None else None
         await self._write(data)
-        self._flush_now()
-        await pending.wait()
+        if command == "ACK":
+            self._n_acks += 1
+        else:
+            self._n_nacks += 1
+        if pending is not None:
+            self._flush_now()
+            await pending.wait()
 
     async def ack(self, message: Message, *, receipt: bool = False) -> None:
         """Acknowledge ``message`` (same as ``await message.ack()``)."""
@@ -204,6 +212,7 @@ class Session:
         data, tx_id, _ = self._protocol.begin()
         tx.id = tx_id  # (set before the write, which may raise)
         await self._write(data)
+        self._n_control += 1
         if isinstance(tx, SessionTransaction):  # (always: this client made it)
             self._transactions.add(tx)
         return tx_id
@@ -221,6 +230,7 @@ class Session:
         data, receipt_id = self._protocol.commit(tx_id, receipt=receipt)
         pending = self._register(receipt_id) if receipt_id is not None else None
         await self._write(data)
+        self._n_control += 1
         if pending is not None:
             await pending.wait()
 
@@ -230,3 +240,4 @@ class Session:
             return  # the session is gone: the broker aborted it already
         data, _ = self._protocol.abort(tx_id)
         await self._write(data)
+        self._n_control += 1

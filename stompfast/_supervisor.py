@@ -24,6 +24,7 @@ from ._common import RETRYABLE, conn_log, log, reconnect_log, where
 from ._config import Endpoint
 from ._protocol import StompProtocol
 from ._reconnect import ConnectionEvent, ReconnectPolicy
+from ._stats import Counters
 from ._subscription import Inlet, LiveSession
 from ._transport import StompTransport, describe_error
 from .errors import ClientClosedError, ConnectError
@@ -56,7 +57,7 @@ def log_event(kind: str, endpoint: Optional[Endpoint], protocol: Any, fields: Di
         reconnect_log.error("gave up reconnecting: %s", describe_error(error))
 
 
-class Supervisor:
+class Supervisor(Counters):
     """Connect and reconnect per the policy (a part of AsyncClient)."""
 
     # owns
@@ -169,6 +170,7 @@ class Supervisor:
             return
         self._link_alive = False
         self._live.protocol = None
+        self._n_losses += 1
         if self._state == "open":
             self._state = "reconnecting"
             self._up_event = self._next_up

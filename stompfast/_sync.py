@@ -97,6 +97,7 @@ from ._options import resolve as resolve_options
 from ._options import signature as options_signature
 from ._protocol import Message
 from ._receipt import Receipt
+from ._stats import ClientStats
 from ._subscription import DEFAULT_BUFFER_SIZE
 from ._sync_loop import (
     ClientLifetime,
@@ -200,6 +201,7 @@ class Client:
         # (the loop's thread and call_soon, known once in it: kept here too for send's hot path)
         self._loop_thread: Optional[threading.Thread] = None
         self._call_soon: Callable[[Callable[[], Any]], Any]  # runs fn() in the loop, from any thread
+        self._async: AsyncClient
         build = functools.partial(AsyncClient, url, **options)
         try:
             # The async client makes anyio primitives, which belong to the loop: build it there.
@@ -247,6 +249,14 @@ class Client:
     def reconnects(self) -> int:
         """How many times a lost session was re-established."""
         return self._async.reconnects
+
+    def stats(self) -> ClientStats:
+        """A snapshot of the connection's counters and gauges (:class:`~stompfast.ClientStats`); any thread.
+
+        Sends and acks still in this client's own queue, not yet handed to the
+        connection, are counted once they are.
+        """
+        return self._async.stats()
 
     @property
     def version(self) -> Optional[str]:
@@ -475,7 +485,7 @@ class Client:
             raise on_timeout()
         if handover.error is not None:
             raise handover.error
-        receipt = handover.value
+        receipt: Optional[Receipt] = handover.value
         if receipt is not None and receipt.error is not None:
             raise copy_error(receipt.error)
         return receipt

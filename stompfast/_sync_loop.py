@@ -14,7 +14,7 @@ import concurrent.futures
 import logging
 import math
 import threading
-from typing import Any, Awaitable, Callable, Coroutine, Dict, Mapping, Optional, Set, Type
+from typing import Any, Awaitable, Callable, Coroutine, Dict, Mapping, Optional, Set, Type, TypeVar
 
 import anyio
 import sniffio
@@ -25,6 +25,7 @@ from ._subscription import LOOP_CHECK_INTERVAL
 from .errors import ClientClosedError, ConfigurationError, ConnectTimeout, StompTimeout
 
 log = logging.getLogger("stompfast")
+_T = TypeVar("_T")
 
 #: The anyio backends a Portal can run (uvloop is ``backend_options={"use_uvloop": True}``).
 BACKENDS = ("asyncio", "trio")
@@ -266,8 +267,8 @@ class SyncLoop:
 
     @staticmethod
     def wait(
-        future: "concurrent.futures.Future[Any]", task: Optional["concurrent.futures.Future[Any]"] = None
-    ) -> Any:
+        future: "concurrent.futures.Future[_T]", task: Optional["concurrent.futures.Future[Any]"] = None
+    ) -> _T:
         try:
             return future.result()
         except concurrent.futures.CancelledError:

@@ -21,7 +21,7 @@ from ._sync_loop import bounded, check_timeout
 from .errors import ClientClosedError, ReceiptTimeout
 
 
-class ReceiptFuture(concurrent.futures.Future):
+class ReceiptFuture(concurrent.futures.Future[str]):  # (its result: the receipt id)
     """A pending RECEIPT as a concurrent.futures.Future, from ``send(..., receipt=True, wait=False)``.
 
     ``result(timeout)`` returns the receipt id once the broker confirmed the

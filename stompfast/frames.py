@@ -16,7 +16,7 @@ information saves a list and N tuples per frame on the hot path.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Iterable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 __all__ = [
     "CLIENT_COMMANDS",
@@ -49,11 +49,12 @@ COMMANDS = CLIENT_COMMANDS | SERVER_COMMANDS
 HeadersArg = Union[Mapping[str, str], Iterable[Tuple[str, str]], None]
 
 
-def _rebuild(items: tuple) -> "Frame":
+def _rebuild(items: Tuple[Any, ...]) -> "Frame":
     return tuple.__new__(Frame, items)
 
 
-class Frame(tuple):
+# (the builtin generic base, unlike typing.Tuple, leaves the MRO as it was: Frame, tuple, object)
+class Frame(tuple[str, Dict[str, str], bytes, Optional[List[Tuple[str, str]]]]):
     """One STOMP frame: ``command``, ``headers``, ``header_list`` and ``body``.
 
     ``Frame("SEND", {"destination": "/queue/a"}, b"hi")`` builds one by hand;
@@ -70,7 +71,7 @@ class Frame(tuple):
             raise TypeError(f"command must be str, not {type(command).__name__}")
         if not isinstance(body, bytes):
             body = bytes(body)
-        first: dict = {}
+        first: Dict[str, str] = {}
         pairs: List[Tuple[str, str]] = []
         repeated = False
         items = headers.items() if isinstance(headers, Mapping) else (headers or ())
@@ -84,7 +85,7 @@ class Frame(tuple):
                 first[name] = value
         return tuple.__new__(cls, (command, first, body, pairs if repeated else None))
 
-    def __reduce__(self):  # tuple's default would call __new__ with the raw items
+    def __reduce__(self) -> Tuple[Any, ...]:  # tuple's default would call __new__ with the raw items
         return (_rebuild, (tuple(self),))
 
     @property
@@ -104,7 +105,7 @@ class Frame(tuple):
     @property
     def header_list(self) -> List[Tuple[str, str]]:
         """Every header as ``(name, value)`` in wire order, repeats kept (a new list)."""
-        repeats: Optional[list] = self[3]
+        repeats = self[3]
         if repeats is None:
             return list(self[1].items())
         return list(repeats)

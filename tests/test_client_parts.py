@@ -18,10 +18,11 @@ from stompfast._link import Link
 from stompfast._outbox import Outbox
 from stompfast._protocol import StompProtocol
 from stompfast._session import Session
+from stompfast._stats import Counters
 from stompfast._supervisor import Supervisor
 from stompfast.testing import Broker
 
-PARTS = (Link, Supervisor, Outbox, Inbox, Session)
+PARTS = (Link, Supervisor, Outbox, Inbox, Session, Counters)
 
 
 def test_every_method_of_a_part_is_the_one_the_client_gets():
@@ -53,6 +54,7 @@ def test_the_outbox_alone_queues_coalesces_and_drops():
         def __init__(self) -> None:
             self._out, self._out_bytes = [], 0
             self._wakeup = anyio.Event()
+            self._init_counters()
 
     box = Box()
     box._queue(b"SEND 1\n\n\x00")
@@ -75,6 +77,8 @@ async def test_the_inbox_alone_dispatches_one_read_to_its_inlet_and_receipts():
         def __init__(self) -> None:
             self._subs, self._receipts = {}, {}
             self._error = None
+            self._clock = anyio.current_time
+            self._init_counters()
 
         def _fail(self, error: BaseException) -> None:
             raise AssertionError(error)
@@ -93,6 +97,7 @@ async def test_the_inbox_alone_dispatches_one_read_to_its_inlet_and_receipts():
     assert [m.body for m in inlet.messages] == [b"m0", b"m1", b"m2"]
     assert [m.seq for m in inlet.messages] == [1, 2, 3] and all(m.owner is owner for m in inlet.messages)
     assert receipt.done() and receipt.error is None and not box._receipts
+    assert box._n_frames_in == 4 and box._n_receipts_ok == 1 and box._rtt.count == 1
 
 
 @pytest.mark.anyio

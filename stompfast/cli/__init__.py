@@ -190,7 +190,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         logging.getLogger("stompfast").addHandler(handler)
         logging.getLogger("stompfast").setLevel(logging.DEBUG)
     try:
-        return args.run(args, ctx)
+        code: int = args.run(args, ctx)  # (argparse's attributes are Any)
+        return code
     except BrokenPipeError:
         # stdout's reader left (e.g. `| head -1`): stop quietly; point stdout at
         # /dev/null so that the interpreter's final flush does not complain

@@ -7,38 +7,41 @@ the messages and sends the orders.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Deque, Dict, List, Optional, Tuple
 
 import anyio
 
 from .plan import WorkerSpec
 from .worker import worker_main
 
+if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+
 
 class LocalLink:
     """A worker in the coordinator's own event loop: two deques."""
 
     def __init__(self) -> None:
-        self.up: Deque[tuple] = deque()  # worker -> coordinator
-        self.down: Deque[tuple] = deque()  # coordinator -> worker
+        self.up: Deque[Tuple[Any, ...]] = deque()  # worker -> coordinator
+        self.down: Deque[Tuple[Any, ...]] = deque()  # coordinator -> worker
         self.finished = False
 
     # worker side
-    def put(self, message: tuple) -> None:
+    def put(self, message: Tuple[Any, ...]) -> None:
         self.up.append(message)
 
-    def poll(self) -> List[tuple]:
+    def poll(self) -> List[Tuple[Any, ...]]:
         out = list(self.down)
         self.down.clear()
         return out
 
     # coordinator side
-    def receive(self) -> List[tuple]:
+    def receive(self) -> List[Tuple[Any, ...]]:
         out = list(self.up)
         self.up.clear()
         return out
 
-    def send(self, message: tuple) -> None:
+    def send(self, message: Tuple[Any, ...]) -> None:
         self.down.append(message)
 
     def alive(self) -> bool:
@@ -51,10 +54,10 @@ class PipeLink:
     def __init__(self, conn: Any) -> None:
         self.conn = conn
 
-    def put(self, message: tuple) -> None:
+    def put(self, message: Tuple[Any, ...]) -> None:
         self.conn.send(message)
 
-    def poll(self) -> List[tuple]:
+    def poll(self) -> List[Tuple[Any, ...]]:
         out = []
         while self.conn.poll(0):
             out.append(self.conn.recv())
@@ -64,11 +67,11 @@ class PipeLink:
 class ProcessLink:
     """The coordinator side of a worker process."""
 
-    def __init__(self, process: Any, conn: Any) -> None:
+    def __init__(self, process: BaseProcess, conn: Any) -> None:
         self.process = process
         self.conn = conn
 
-    def receive(self) -> List[tuple]:
+    def receive(self) -> List[Tuple[Any, ...]]:
         out = []
         try:
             while self.conn.poll(0):
@@ -77,7 +80,7 @@ class ProcessLink:
             pass
         return out
 
-    def send(self, message: tuple) -> None:
+    def send(self, message: Tuple[Any, ...]) -> None:
         try:
             self.conn.send(message)
         except (BrokenPipeError, OSError):

@@ -6,7 +6,7 @@ reported), :class:`Timeline` the coordinator's (every worker's intervals added b
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .histogram import COUNTS_LEN, fold, histogram_class, new_histogram
 
@@ -27,7 +27,7 @@ class Recorder:
         self.counts = [0] * COUNTS_LEN  # latencies of this interval, by latency_index
         self.recorded = 0
         self.sent = self.received = self.confirmed = self.errors = self.warmup = 0
-        self.closed: List[tuple] = []
+        self.closed: List[Tuple[Any, ...]] = []
 
     def roll(self, now: int) -> None:
         index = (now - self.t0) // self.interval
@@ -45,7 +45,7 @@ class Recorder:
                 self.counts = [0] * COUNTS_LEN
         self.sent = self.received = self.confirmed = self.errors = self.warmup = self.recorded = 0
 
-    def take(self) -> List[tuple]:
+    def take(self) -> List[Tuple[Any, ...]]:
         closed, self.closed = self.closed, []
         return closed
 
@@ -54,7 +54,7 @@ class Timeline:
     def __init__(self) -> None:
         self.rows: Dict[int, List[Any]] = {}
 
-    def add(self, intervals: Sequence[tuple]) -> None:
+    def add(self, intervals: Sequence[Tuple[Any, ...]]) -> None:
         hist_class = histogram_class()
         for index, sent, received, confirmed, errors, warmup, encoded in intervals:
             row = self.rows.get(index)

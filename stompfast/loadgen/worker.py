@@ -130,7 +130,8 @@ class Worker:
         while True:
             for message in self.link.poll():
                 if message[0] == "go":
-                    return message[1]
+                    start: Optional[int] = message[1]  # (an order's items are Any: the pipe carries tuples)
+                    return start
                 if message[0] in ("stop", "abort"):
                     return None
             await anyio.sleep(0.002)

@@ -125,7 +125,7 @@ class StompLoadgenReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return [InputPartition(i) for i in range(self.workers)]
 
-    def read(self, partition: InputPartition) -> Iterator[Tuple]:
+    def read(self, partition: InputPartition) -> Iterator[Tuple[Any, ...]]:
         from ..loadgen import LoadConfig, run
 
         worker = int(partition.value)

@@ -332,7 +332,7 @@ async def _aclose(stream: Any) -> None:
 class _TLSListener(TLSListener):
     """anyio's TLS listener, counting failed handshakes instead of logging them as errors."""
 
-    def __init__(self, listener: Any, ssl_context: Any, counts: Counter) -> None:
+    def __init__(self, listener: Any, ssl_context: Any, counts: Counter[str]) -> None:
         # brokers close without close_notify, and so may this one's clients
         super().__init__(listener, ssl_context, standard_compatible=False, handshake_timeout=10)
         self._counts = counts  # the broker's counters
@@ -466,9 +466,9 @@ class Broker(RunsInThread):
         self._topics: Dict[str, List[_Subscription]] = {}
         self._counter = itertools.count(1)
         self._conn_counter = itertools.count(1)
-        self._frames_in: Counter = Counter()
-        self._frames_out: Counter = Counter()
-        self._counts: Counter = Counter()
+        self._frames_in: Counter[str] = Counter()
+        self._frames_out: Counter[str] = Counter()
+        self._counts: Counter[str] = Counter()
         self._errors: List[BaseException] = []
         self._changed: Optional[anyio.Event] = None
         # faults

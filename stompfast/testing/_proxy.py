@@ -140,7 +140,7 @@ class _Pipe:
         self.read_pos = 0  # bytes read from src (stream offset of the next one)
         self.counter = FrameCounter()
         self.frames = 0
-        self.commands: Counter = Counter()
+        self.commands: Counter[str] = Counter()
         self.holdback = b""
         self.discard = False  # half-closed: throw away what is read
         self.ended = False  # the reader has queued its last item
@@ -287,9 +287,9 @@ class FaultProxy(RunsInThread):
         self._started = False
         self._links: Dict[_Link, None] = {}
         self._numbers = 0
-        self._counts: Counter = Counter()
-        self._faults: Counter = Counter()
-        self._frames: Dict[str, Counter] = {UP: Counter(), DOWN: Counter()}
+        self._counts: Counter[str] = Counter()
+        self._faults: Counter[str] = Counter()
+        self._frames: Dict[str, Counter[str]] = {UP: Counter(), DOWN: Counter()}
         self._errors: List[BaseException] = []
 
     # ------------------------------------------------------------------ lifecycle

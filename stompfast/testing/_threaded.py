@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, AsyncContextManager, Callable, Dict, Iterator, Optional, cast
+from typing import Any, AsyncContextManager, Callable, Dict, Iterator, Optional, TypeVar, cast
 
 import anyio.from_thread
+
+T = TypeVar("T")
 
 
 class RunsInThread:
@@ -19,7 +21,7 @@ class RunsInThread:
 
     _loop_thread: Optional[int] = None
     #: the blocking portal of the loop it runs in, while started with ``in_thread``
-    _portal: Any = None
+    _portal: Optional[anyio.from_thread.BlockingPortal] = None
 
     def _run_in_thread(self, backend: str, backend_options: Optional[Dict[str, Any]]) -> Iterator[Any]:
         """Enter this async context manager on a new event loop in a thread; yield it while it runs.
@@ -35,7 +37,7 @@ class RunsInThread:
                 finally:
                     self._portal = None
 
-    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def _call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in this object's loop: through its portal from another thread, directly from its own."""
         portal = self._portal
         if portal is not None and threading.get_ident() != self._loop_thread:

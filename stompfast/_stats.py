@@ -1,0 +1,236 @@
+"""What a client did, as numbers: ``client.stats()`` (both clients) returns a :class:`ClientStats`.
+
+Counting costs (almost) nothing on the per-message paths, because most counts
+are taken per socket read or write, not per frame, and the others are derived
+when a snapshot is taken:
+
+* ``frames_in`` / ``bytes_in``: per read (the events of one read, its length);
+* ``frames_out`` / ``bytes_out``: per socket write (the frames of one batch);
+* ``messages_received``: every subscription's inlet numbers its messages
+  already (``Inlet.seq``); a snapshot sums them, plus those of subscriptions
+  that are gone and the messages for unknown subscriptions;
+* ``messages_sent``: every frame goes through the outbox; a snapshot takes the
+  frames the outbox was given (written, dropped with a lost link, or still
+  queued) minus the ones that are not SENDs, which are counted where they are
+  made (ACK/NACK, SUBSCRIBE, transactions, heart-beats... none on the SEND path);
+* receipts, ERROR frames, losses, reconnects: where they happen (not per message);
+* the receipt round-trip histogram: one clock reading per RECEIPT.
+
+The metrics exporters (``stompfast.otel``, the Prometheus example) read these
+snapshots; nothing is pushed anywhere from the client's own paths.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Tuple
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._subscription import Inlet
+
+__all__ = ["ClientStats", "Counters", "RttHistogram", "RttSummary"]
+
+#: Bucket upper bounds of the receipt round-trip histogram, in seconds: 50 µs to 60 s, ~1.5x apart.
+RTT_BOUNDS: Tuple[float, ...] = tuple(
+    round(50e-6 * 1.5 ** i, 9) for i in range(int(math.log(60 / 50e-6, 1.5)) + 2)
+)
+
+
+class RttHistogram:
+    """Receipt round trips: counts per bucket of :data:`RTT_BOUNDS` (one list, no allocation per record)."""
+
+    __slots__ = ("counts", "total", "count")
+
+    def __init__(self) -> None:
+        self.counts: List[int] = [0] * (len(RTT_BOUNDS) + 1)  # the last: above the largest bound
+        self.total = 0.0
+        self.count = 0
+
+    def record(self, seconds: float) -> None:
+        if seconds < 0:
+            seconds = 0.0
+        # ~1.5x buckets from 50 µs: the index by logarithm (no search); clamped at both ends
+        if seconds <= RTT_BOUNDS[0]:
+            i = 0
+        else:
+            i = min(len(RTT_BOUNDS), int(math.ceil(math.log(seconds / RTT_BOUNDS[0], 1.5) - 1e-9)))
+            if i < len(RTT_BOUNDS) and seconds > RTT_BOUNDS[i]:  # (float rounding at a bound)
+                i += 1
+        self.counts[i] += 1
+        self.total += seconds
+        self.count += 1
+
+    def summary(self) -> "RttSummary":
+        cumulative = []
+        running = 0
+        for bound, n in zip(RTT_BOUNDS, self.counts):
+            running += n
+            cumulative.append((bound, running))
+        cumulative.append((math.inf, running + self.counts[-1]))
+        return RttSummary(count=self.count, sum=self.total, buckets=tuple(cumulative))
+
+
+@dataclass(frozen=True)
+class RttSummary:
+    """Receipt round trips (sent to RECEIPT), in seconds: the histogram's cumulative buckets."""
+
+    count: int = 0
+    #: the sum of every round trip, in seconds
+    sum: float = 0.0
+    #: ``(upper bound in seconds, cumulative count)`` per bucket; the last bound is ``inf``
+    buckets: Tuple[Tuple[float, int], ...] = ()
+
+    @property
+    def mean(self) -> float:
+        return self.sum / self.count if self.count else 0.0
+
+    def quantile(self, q: float) -> float:
+        """The upper bound of the bucket holding the ``q`` quantile (0 < q <= 1); 0.0 with no data.
+
+        An upper estimate within one bucket (~1.5x); ``inf`` only if it lies above 60 s.
+        """
+        if not 0 < q <= 1:
+            raise ValueError(f"q must be in (0, 1], not {q!r}")
+        if not self.count:
+            return 0.0
+        rank = q * self.count
+        for bound, cumulative in self.buckets:
+            if cumulative >= rank:
+                return bound
+        return math.inf
+
+
+@dataclass(frozen=True)
+class ClientStats:
+    """A snapshot of one client's counters and gauges (``client.stats()``); counters start at 0 per client.
+
+    Counters cover the client's whole life, across reconnects.
+    """
+
+    #: frames received (CONNECTED, MESSAGE, RECEIPT, ERROR; heart-beats are not frames)
+    frames_in: int = 0
+    #: bytes received, heart-beats included
+    bytes_in: int = 0
+    #: frames written to the socket (CONNECT included, heart-beats not)
+    frames_out: int = 0
+    #: bytes written, heart-beats included
+    bytes_out: int = 0
+    #: SEND frames given to the connection (written, still queued, or dropped by a lost link)
+    messages_sent: int = 0
+    #: MESSAGE frames received
+    messages_received: int = 0
+    #: ACK frames sent (a ``client``-mode ack covering earlier messages counts once)
+    acks: int = 0
+    #: NACK frames sent
+    nacks: int = 0
+    #: receipts that came
+    receipts_confirmed: int = 0
+    #: receipts that failed (the connection ended first, an ERROR, a stall)
+    receipts_failed: int = 0
+    #: ERROR frames received
+    errors: int = 0
+    #: connections that ended by a failure (lost, ERROR, heart-beat timeout, framing fault)
+    connection_losses: int = 0
+    #: sessions re-established after a loss
+    reconnects: int = 0
+    #: frames queued by a lost link and never written
+    frames_dropped: int = 0
+    #: bytes queued to be written now
+    bytes_queued: int = 0
+    #: receipts awaited now
+    receipts_pending: int = 0
+    #: messages received and not yet taken, per subscription id (now)
+    buffered: Mapping[str, int] = field(default_factory=dict)
+    #: receipt round trips
+    receipt_rtt: RttSummary = field(default_factory=RttSummary)
+
+    def as_dict(self) -> Dict[str, object]:
+        """Plain values (for JSON): the histogram as its count, sum, mean and p50/p90/p99 (seconds)."""
+        out: Dict[str, object] = {name: getattr(self, name) for name in self.__dataclass_fields__
+                                  if name not in ("buffered", "receipt_rtt")}
+        out["buffered"] = dict(self.buffered)
+        rtt = self.receipt_rtt
+        out["receipt_rtt"] = {"count": rtt.count, "sum": rtt.sum, "mean": rtt.mean,
+                              "p50": rtt.quantile(0.5) if rtt.count else None,
+                              "p90": rtt.quantile(0.9) if rtt.count else None,
+                              "p99": rtt.quantile(0.99) if rtt.count else None}
+        return out
+
+
+class Counters:
+    """The counters of AsyncClient (a part of it, like the others: see docs/architecture.md).
+
+    Every part increments the counters of what it does (declared here, owned here);
+    :meth:`stats` turns them into a :class:`ClientStats`. The loop increments them;
+    a blocking client's thread writing a SEND itself (``send_from_thread``) has
+    counters of its own (``_n_thread_*``), under the registry lock.
+    """
+
+    _n_frames_in: int
+    _n_bytes_in: int
+    _n_bytes_out: int
+    _n_entries_written: int  # outbox entries written (a frame each; heart-beat EOLs too)
+    _n_entries_dropped: int  # outbox entries dropped with a lost link (heart-beats too)
+    _n_frames_dropped: int  # the same, frames only
+    _n_thread_sends: int
+    _n_thread_bytes: int
+    _n_connects: int
+    _n_heartbeats: int
+    _n_acks: int
+    _n_nacks: int
+    _n_control: int  # SUBSCRIBE, UNSUBSCRIBE, BEGIN, COMMIT, ABORT, DISCONNECT, flush probes: not SENDs
+    _n_extra_frames: int  # entries holding a second frame (the flush probe's ABORT)
+    _n_received_gone: int  # messages of subscriptions that are gone, and for unknown subscriptions
+    _n_receipts_ok: int
+    _n_receipts_failed: int
+    _n_errors: int
+    _n_losses: int
+    _rtt: RttHistogram
+    # reads
+    _out: List[bytes]
+    _out_bytes: int
+    _receipts: Dict[str, Any]
+    _subs: Dict[str, "Inlet"]
+    reconnects: int
+
+    def _init_counters(self) -> None:
+        self._n_frames_in = self._n_bytes_in = self._n_bytes_out = 0
+        self._n_entries_written = self._n_entries_dropped = self._n_frames_dropped = 0
+        self._n_thread_sends = self._n_thread_bytes = self._n_connects = self._n_heartbeats = 0
+        self._n_acks = self._n_nacks = self._n_control = self._n_extra_frames = self._n_received_gone = 0
+        self._n_receipts_ok = self._n_receipts_failed = self._n_errors = self._n_losses = 0
+        self._rtt = RttHistogram()
+
+    def stats(self) -> ClientStats:
+        """A snapshot of this client's counters and gauges (from any thread): see :class:`ClientStats`.
+
+        Cheap enough to call every second; the counters cost the client next to
+        nothing (docs/observability.md).
+        """
+        out = list(self._out)
+        heartbeats_queued = out.count(b"\n")
+        entries = self._n_entries_written + self._n_entries_dropped + len(out) + self._n_thread_sends
+        heartbeats_written = self._n_heartbeats - heartbeats_queued - (self._n_entries_dropped - self._n_frames_dropped)
+        subs = list(self._subs.values())
+        return ClientStats(
+            frames_in=self._n_frames_in,
+            bytes_in=self._n_bytes_in,
+            frames_out=(self._n_entries_written + self._n_thread_sends - heartbeats_written + self._n_connects
+                        + self._n_extra_frames),
+            bytes_out=self._n_bytes_out + self._n_thread_bytes,
+            messages_sent=entries - self._n_acks - self._n_nacks - self._n_control - self._n_heartbeats,
+            messages_received=self._n_received_gone + sum(sub.seq for sub in subs),
+            acks=self._n_acks,
+            nacks=self._n_nacks,
+            receipts_confirmed=self._n_receipts_ok,
+            receipts_failed=self._n_receipts_failed,
+            errors=self._n_errors,
+            connection_losses=self._n_losses,
+            reconnects=self.reconnects,
+            frames_dropped=self._n_frames_dropped,
+            bytes_queued=self._out_bytes,
+            receipts_pending=len(self._receipts),
+            buffered={sub.id: len(sub.messages) for sub in subs if sub.id is not None},
+            receipt_rtt=self._rtt.summary(),
+        )
