@@ -2,8 +2,8 @@
 
 How it hooks in, at no cost to a client that is not instrumented (docs/observability.md):
 
-* the client's ``send``, ``send_nowait``, ``subscribe``, ``ack``, ``nack`` and
-  ``transaction`` are shadowed on the one client object by instance attributes
+* the client's ``send``, ``send_nowait`` (async), ``subscribe``, ``transaction``, and the
+  blocking client's ``ack`` and ``nack`` are shadowed on the one client object by instance attributes
   (:func:`async_client_methods`, :func:`sync_client_methods`): the class and every
   other client are untouched;
 * a subscription returned by the traced ``subscribe`` is re-classed to
@@ -43,7 +43,7 @@ import logging
 import threading
 import weakref
 from collections import OrderedDict
-from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -471,24 +471,8 @@ def _settle_via_client(tracing: Tracing, command: str, message: Message, receipt
         sub.settled(message, command, receipt, None)
 
 
-async def _settle_via_async_client(tracing: Tracing, command: str, message: Message, receipt: bool,
-                                   call: Callable[[], Awaitable[None]]) -> None:
-    """``await client.ack(message)`` / ``nack`` of the async client, with the events."""
-    sub = tracing.trace_of(message)
-    if sub is not None:
-        sub.settling(message, command, None)
-    try:
-        await call()
-    except BaseException as exc:
-        if sub is not None:
-            sub.settled(message, command, receipt, exc)
-        raise
-    if sub is not None:
-        sub.settled(message, command, receipt, None)
-
-
 def async_client_methods(client: AsyncClient, tracing: Tracing) -> Dict[str, Callable[..., Any]]:
-    """The traced ``send``, ``send_nowait``, ``subscribe``, ``ack``, ``nack``, ``transaction`` of ``client``.
+    """The traced ``send``, ``send_nowait``, ``subscribe`` and ``transaction`` of ``client``.
 
     They call the class's own methods (the closures keep no reference to the client,
     only a weak one: an instrumented client is freed like any other).
@@ -543,16 +527,6 @@ def async_client_methods(client: AsyncClient, tracing: Tracing) -> Dict[str, Cal
         adopt(sub, SubscriptionTrace(tracing, destination, sub.ack_mode, "receive"))
         return sub
 
-    async def ack(message: Message, *, receipt: bool = False) -> None:
-        this = _alive(ref)
-        await _settle_via_async_client(tracing, "ack", message, receipt,
-                                       lambda: cls.ack(this, message, receipt=receipt))
-
-    async def nack(message: Message, *, receipt: bool = False) -> None:
-        this = _alive(ref)
-        await _settle_via_async_client(tracing, "nack", message, receipt,
-                                       lambda: cls.nack(this, message, receipt=receipt))
-
     def transaction(*, receipt: bool = True) -> Any:
         tx = cls.transaction(_alive(ref), receipt=receipt)
         tx_send = type(tx).send
@@ -571,8 +545,8 @@ def async_client_methods(client: AsyncClient, tracing: Tracing) -> Dict[str, Cal
         setattr(tx, "send", traced_send)  # noqa: B010
         return tx
 
-    return {"send": send, "send_nowait": send_nowait, "subscribe": subscribe, "ack": ack, "nack": nack,
-            "transaction": transaction}
+    # (``client.ack(message)`` is ``message.ack()``: the traced subscription's ack_message sees it)
+    return {"send": send, "send_nowait": send_nowait, "subscribe": subscribe, "transaction": transaction}
 
 
 def sync_client_methods(client: Client, tracing: Tracing) -> Dict[str, Callable[..., Any]]:
