@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -53,6 +54,8 @@ _FENCE = re.compile(r"^([ \t]*)```[ \t]*(?:python|py|python3)[ \t]*\n(.*?)^\1```
 _MARKER = re.compile(r"^<!--\s*([\w-]+):\s*(.*?)\s*-->$")
 _LOCAL_BROKER = re.compile(r"(?:127\.0\.0\.1|localhost):61613\b")
 _BLOCK_TIMEOUT = 60
+# optional libraries: a block importing one that is not installed is skipped (the suite passes without them)
+_OPTIONAL = ("opentelemetry", "prometheus_client")
 
 _STAND_INS = """
 def handle(*args, **kwargs):      # the reader's own code
@@ -120,6 +123,10 @@ def test_every_code_block_marker_is_known_and_says_why():
 def test_the_code_block_runs(kind: str, argument: str, code: str, tmp_path: Path) -> None:
     import stompfast
     from stompfast.testing import Broker
+
+    for module in _OPTIONAL:  # a block of an optional extra that is not installed here
+        if re.search(rf"^\s*(?:from|import)\s+{module}\b", code, re.M) and importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} is not installed (an optional extra)")
 
     with Broker.in_thread() as broker:
         address = broker.url.split("//", 1)[1].rstrip("/")
