@@ -469,16 +469,6 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
             self._unpause()
             self._push_transport.close_now()  # type: ignore[union-attr]
 
-    def _log_frames(self, direction: str, data: bytes) -> None:
-        """(Only with ``stompfast.frames`` at DEBUG: see :mod:`._framelog`.) Log the frames of ``data``."""
-        frames = self._frames
-        if frames is None:  # logging turned on in the middle of this connection
-            with self._registry_lock:  # (send_from_thread logs from its thread)
-                frames = self._frames
-                if frames is None:
-                    frames = self._frames = FrameLog(f"{self.endpoint.host}:{self.endpoint.port}")
-        frames.feed(direction, data, self._protocol.version)
-
     def _check_open(self) -> None:
         if self._error is not None:
             raise copy_error(self._error)

@@ -98,6 +98,16 @@ class Link(Counters):
             return tls
         return _ssl.create_default_context() if tls else None
 
+    def _log_frames(self, direction: str, data: bytes) -> None:
+        """(Only with ``stompfast.frames`` at DEBUG: see :mod:`._framelog`.) Log the frames of ``data``."""
+        frames = self._frames
+        if frames is None:  # logging turned on in the middle of this connection
+            with self._registry_lock:  # (send_from_thread logs from its thread)
+                frames = self._frames
+                if frames is None:
+                    frames = self._frames = FrameLog(f"{self.endpoint.host}:{self.endpoint.port}")
+        frames.feed(direction, data, self._protocol.version)
+
     async def _open_link(self, endpoint: Endpoint, *, resubscribe: bool) -> None:
         """Connect to ``endpoint``, wait for CONNECTED, start the connection's tasks.
 
