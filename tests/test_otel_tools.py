@@ -1,4 +1,4 @@
-"""``--trace`` of ``stompfast send``, ``listen`` and ``bench``, and ``LoadConfig(trace=True)``, against the in-process broker.
+"""``--trace`` of ``stompfast send``, ``listen`` and ``bench``, and ``LoadConfig(trace=True)``: the in-process broker.
 
 What leaves the process is checked where it arrives: the SEND frames the broker
 recorded carry a ``traceparent``; the spans of a CLI run in a subprocess are read from

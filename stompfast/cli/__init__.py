@@ -41,8 +41,6 @@ from typing import Any
 # the names the subcommands' modules define, importable from here as before the split
 from .broker import (
     add_broker_command as add_broker_command,
-)
-from .broker import (
     run_broker as run_broker,
 )
 from .common import (
@@ -50,46 +48,26 @@ from .common import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_TERMINATED as EXIT_TERMINATED,
     EXIT_USAGE,
+    Connection as Connection,
     Failure,
+    Status as Status,
     UsageError,
+    display_url as display_url,
     mask,
     one_line,
-)
-from .common import (
-    EXIT_TERMINATED as EXIT_TERMINATED,
-)
-from .common import (
-    Connection as Connection,
-)
-from .common import (
-    Status as Status,
-)
-from .common import (
-    display_url as display_url,
-)
-from .common import (
     parse_header as parse_header,
-)
-from .common import (
     parse_heart_beat as parse_heart_beat,
-)
-from .common import (
     parse_versions as parse_versions,
 )
 from .listen import (
     add_listen_command as add_listen_command,
-)
-from .listen import (
     message_record as message_record,
-)
-from .listen import (
     run_listen as run_listen,
 )
 from .send import (
     add_send_command as add_send_command,
-)
-from .send import (
     run_send as run_send,
 )
 

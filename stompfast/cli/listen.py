@@ -34,6 +34,7 @@ from .common import (
     trace_setup,
 )
 
+
 LISTEN_EPILOG = f"""\
 Output (stdout unless --output):
   default   each body as it arrived (bytes untouched), followed by a newline

@@ -74,23 +74,11 @@ from .command import BENCH_EPILOG as BENCH_EPILOG
 from .command import add_bench_command, run_bench
 from .config import (
     DEFAULT_COUNT as DEFAULT_COUNT,
-)
-from .config import (
     DEFAULT_DURATION as DEFAULT_DURATION,
-)
-from .config import (
     H_PRODUCER as H_PRODUCER,
-)
-from .config import (
     H_SEQ as H_SEQ,
-)
-from .config import (
     H_TS as H_TS,
-)
-from .config import (
     H_WARMUP as H_WARMUP,
-)
-from .config import (
     LoadConfig,
     LoadResult,
     Progress,
@@ -99,26 +87,12 @@ from .config import (
 from .coordinator import run, run_load
 from .histogram import (
     COUNTS_LEN as COUNTS_LEN,
-)
-from .histogram import (
     HALF_COUNT as HALF_COUNT,
-)
-from .histogram import (
     HALF_MAGNITUDE as HALF_MAGNITUDE,
-)
-from .histogram import (
     HDR_HINT as HDR_HINT,
-)
-from .histogram import (
     MAX_LATENCY_US as MAX_LATENCY_US,
-)
-from .histogram import (
     SIGNIFICANT_FIGURES as SIGNIFICANT_FIGURES,
-)
-from .histogram import (
     SUB_MASK as SUB_MASK,
-)
-from .histogram import (
     latency_index as latency_index,
 )
 from .plot import PLOT_HINT as PLOT_HINT

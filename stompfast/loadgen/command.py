@@ -16,11 +16,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..cli.common import (
     CONNECTION_HELP,
+    Connection,
     ENV_URL,
     EXIT_FAILURE,
     EXIT_OK,
     TRACE_FROM_ENV,
-    Connection,
     Failure,
     Status,
     UsageError,
@@ -44,6 +44,7 @@ from .config import ACK_MODES, LoadConfig, LoadResult, Progress
 from .coordinator import run
 from .histogram import histogram_class
 from .plot import PLOT_HINT, write_plot
+
 
 BENCH_EPILOG = f"""\
 Without --url (and without ${ENV_URL}) the in-process test broker is started on a free
