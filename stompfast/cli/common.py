@@ -124,6 +124,49 @@ def add_stats_option(group: Any) -> None:
     )
 
 
+# -- tracing (--trace) ------------------------------------------------------------------------
+
+#: ``--trace`` alone: the exporter the environment names (``OTEL_TRACES_EXPORTER``; docs/observability.md).
+TRACE_FROM_ENV = "env"
+TRACE_CHOICES = (TRACE_FROM_ENV, "console", "otlp", "none")
+
+
+def add_trace_option(group: Any) -> None:
+    """``--trace[=EXPORTER]`` (``send``, ``listen``, ``bench``): OpenTelemetry spans for the command's clients."""
+    group.add_argument(
+        "--trace", nargs="?", const=TRACE_FROM_ENV, default=None, choices=TRACE_CHOICES, metavar="EXPORTER",
+        help="trace the client with OpenTelemetry (needs stompfast[otel] and opentelemetry-sdk): SENDs carry"
+        " traceparent, spans go to EXPORTER: console (stderr), otlp, none, or env (the default: OTEL_TRACES_EXPORTER,"
+        " else otlp when OTEL_EXPORTER_OTLP_ENDPOINT is set, else none); write it as --trace=EXPORTER",
+    )
+
+
+def trace_setup(choice: str | None) -> Callable[[Any], Any] | None:
+    """What ``--trace`` asks for, checked before connecting: a function that instruments a client, or None.
+
+    Raises :class:`UsageError` (with the install hint) when OpenTelemetry, its SDK or the
+    exporter's package is missing.
+    """
+    if choice is None:
+        return None
+    try:
+        import stompfast.otel as otel
+    except ImportError as exc:
+        raise UsageError(f"--trace needs OpenTelemetry ({exc}): pip install 'stompfast[otel]' opentelemetry-sdk") \
+            from None
+    from ..errors import ConfigurationError
+
+    try:
+        provider = otel.tracer_provider_from_environment(None if choice == TRACE_FROM_ENV else choice)
+    except ConfigurationError as exc:
+        raise UsageError(f"--trace: {exc}") from None
+
+    def instrument(client: Any) -> Any:
+        return otel.instrument(client, tracer_provider=provider, metrics=False)
+
+    return instrument
+
+
 def format_seconds(seconds: Any) -> str:
     """A round trip for a person: ``"-"`` (none), ``"420 us"``, ``"1.28 ms"``, ``"130 ms"``."""
     if seconds is None:

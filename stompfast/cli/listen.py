@@ -23,6 +23,7 @@ from .common import (
     add_common_options,
     add_connection_options,
     add_stats_option,
+    add_trace_option,
     format_size,
     parse_header,
     plural,
@@ -30,6 +31,7 @@ from .common import (
     positive_int,
     run_stoppable,
     stats_block,
+    trace_setup,
 )
 
 
@@ -59,6 +61,9 @@ Ctrl-C. The first three exit 0, Ctrl-C exits 130. A summary goes to stderr unles
 round trip, connection losses and reconnects) on the live line, and a block on stderr
 at the end (also with -q).
 
+--trace[=EXPORTER]: a CONSUMER span per message (OpenTelemetry), a child of the span of the
+SEND that produced it when the message carries a traceparent; its ACK an event on it.
+
 examples:
   stompfast listen /queue/orders
   stompfast listen /queue/orders --count 1 --timeout 5        # wait up to 5 s for one
@@ -84,6 +89,7 @@ def add_listen_command(subparsers: Any) -> None:
     out.add_argument("--headers", action="store_true", help="print each message's headers before its body")
     out.add_argument("-o", "--output", metavar="DIR|FILE", help="write to files in DIR, or append to FILE")
     add_stats_option(out)
+    add_trace_option(out)
     stop = p.add_argument_group("acknowledgement and stopping")
     stop.add_argument(
         "--ack", choices=("auto", "client", "client-individual"), default="client",
@@ -183,7 +189,8 @@ def _open_sink(args: argparse.Namespace) -> Any:
 
 
 class _Tally:
-    def __init__(self) -> None:
+    def __init__(self, traced: Any = None) -> None:
+        self.traced = traced  # --trace: instruments the client
         self.messages = 0
         self.bytes = 0
         self.started = time.monotonic()
@@ -194,9 +201,10 @@ class _Tally:
 def run_listen(args: argparse.Namespace, ctx: dict[str, Any]) -> int:
     conn = Connection(args)
     ctx["secrets"], ctx["url"], ctx["cafile"] = conn.secrets, conn.url, conn.cafile
+    traced = trace_setup(args.trace)
     status = Status(args.quiet)
     sink = _open_sink(args)
-    tally = _Tally()
+    tally = _Tally(traced)
     code = EXIT_OK
     try:
         try:
@@ -234,6 +242,8 @@ async def _listen(conn: Connection, args: argparse.Namespace, sink: Any, status:
     # in the client modes this is also the prefetch: never hold more than --count unacked
     buffer_size = min(args.count, 1000) if args.count else 1000
     client = conn.client()
+    if tally.traced is not None:
+        tally.traced(client)  # --trace: a CONSUMER span per message, a child of the producer's
     try:
         await _receive(client, conn, args, sink, status, tally, buffer_size)
     finally:

@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
 from .common import (
     CONNECTION_HELP,
@@ -20,12 +20,14 @@ from .common import (
     UsageError,
     add_common_options,
     add_connection_options,
+    add_trace_option,
     format_size,
     isatty,
     parse_header,
     plural,
     positive_int,
     run_stoppable,
+    trace_setup,
 )
 
 #: ``send``: receipts outstanding at most (the Spark sink's ``receiptWindow`` default).
@@ -61,6 +63,7 @@ examples:
   gzip -c report.csv | stompfast send /queue/reports -H content-encoding:gzip
   stompfast send /topic/prices '42.0' -H symbol:ACME -H persistent:true --count 100
   STOMPFAST_URL=stomp://guest:guest@mq.example:61613/ stompfast send /queue/a hi
+  stompfast send /queue/orders 'hello' --trace=console   # a span per message, on stderr
 
 {CONNECTION_HELP}"""
 
@@ -96,6 +99,7 @@ def add_send_command(subparsers: Any) -> None:
         help=f"at most N messages sent and not yet confirmed; at N, wait for the oldest"
         f" (default {DEFAULT_RECEIPT_WINDOW})",
     )
+    add_trace_option(p)
     add_common_options(p)
     add_connection_options(p)
     p.set_defaults(run=run_send)
@@ -139,6 +143,7 @@ def run_send(args: argparse.Namespace, ctx: dict[str, Any]) -> int:
     conn = Connection(args)
     ctx["secrets"], ctx["url"], ctx["cafile"] = conn.secrets, conn.url, conn.cafile
     body, _ = _read_body(args)
+    traced = trace_setup(args.trace)
     status = Status(args.quiet)
     headers = dict(args.headers)
     size = len(body.encode("utf-8") if isinstance(body, str) else body)
@@ -147,7 +152,7 @@ def run_send(args: argparse.Namespace, ctx: dict[str, Any]) -> int:
     code, stopped = EXIT_OK, None
     with status.live(lambda: f"{args.destination}: {tally.line(args)}", to_stdout=False):
         try:
-            run_stoppable(_send, conn, args, body, headers, tally)
+            run_stoppable(_send, conn, args, body, headers, tally, traced)
         except Stopped as exc:
             code, stopped = exc.code, exc
     elapsed = time.monotonic() - started
@@ -180,9 +185,13 @@ class _SendTally:
 
 
 async def _send(
-    conn: Connection, args: argparse.Namespace, body: str | bytes, headers: dict[str, str], tally: _SendTally
+    conn: Connection, args: argparse.Namespace, body: str | bytes, headers: dict[str, str], tally: _SendTally,
+    traced: Callable[[Any], Any] | None = None,
 ) -> None:
-    async with conn.client() as client:
+    client = conn.client()
+    if traced is not None:
+        traced(client)  # --trace: a PRODUCER span per message, its context in the SEND's headers
+    async with client:
         if not args.receipt:
             for _ in range(args.count):
                 await client.send(args.destination, body, headers=headers or None, content_type=args.content_type)

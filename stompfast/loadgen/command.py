@@ -20,12 +20,14 @@ from ..cli.common import (
     ENV_URL,
     EXIT_FAILURE,
     EXIT_OK,
+    TRACE_FROM_ENV,
     Failure,
     Status,
     UsageError,
     add_common_options,
     add_connection_options,
     add_stats_option,
+    add_trace_option,
     isatty,
     mask,
     one_line,
@@ -35,6 +37,7 @@ from ..cli.common import (
     positive_int,
     stats_block,
     stats_line,
+    trace_setup,
 )
 from ..errors import ConfigurationError
 from .config import ACK_MODES, LoadConfig, LoadResult, Progress
@@ -170,6 +173,7 @@ def add_bench_command(subparsers: Any) -> None:
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="write the complete result as JSON on stdout")
     add_stats_option(out)
+    add_trace_option(out)
     out.add_argument("--plot", metavar="FILE.png", help="write throughput and latency over time (needs matplotlib)")
     out.add_argument("--interval", metavar="SECONDS", type=positive_float, default=1.0,
                      help="timeline resolution (default 1)")
@@ -309,6 +313,7 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
         raise UsageError(PLOT_HINT)
     if args.size is not None and args.body_file is not None:
         raise UsageError("give --size or --body-file, not both")
+    trace_setup(args.trace)  # --trace: OpenTelemetry and the exporter are there (each worker makes its own)
     env_url = os.environ.get(ENV_URL) or None
     in_process = not args.url and not env_url
     conn = Connection(args)
@@ -350,6 +355,8 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
         warmup_messages=warmup_messages,
         interval=args.interval,
         drain_timeout=args.drain_timeout,
+        trace=args.trace is not None,
+        trace_exporter=None if args.trace in (None, TRACE_FROM_ENV) else args.trace,
     )
     try:
         config.validate()

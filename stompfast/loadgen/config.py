@@ -13,7 +13,6 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..cli.common import mask
 from ..errors import ConfigurationError
 
-
 #: The headers every generated message carries.
 H_PRODUCER, H_SEQ, H_TS, H_WARMUP = "sf-producer", "sf-seq", "sf-ts", "sf-w"
 
@@ -23,6 +22,8 @@ DEFAULT_DURATION = 10.0
 
 _FANOUT_PREFIXES = ("/topic/", "/exchange/")
 ACK_MODES = ("auto", "client", "client-individual")
+#: ``LoadConfig.trace_exporter`` (None: the environment's, ``OTEL_TRACES_EXPORTER``).
+TRACE_EXPORTERS = ("console", "otlp", "none")
 
 
 def is_fanout(destination: str) -> bool:
@@ -59,6 +60,14 @@ class LoadConfig:
     counted but kept out of latency and rates; ``interval`` is the timeline's
     resolution; ``drain_timeout``: after the producers stop, give up waiting for
     missing messages once nothing new arrived for that long.
+
+    Tracing: ``trace`` instruments every client the workers make with
+    :func:`stompfast.otel.instrument` (``stompfast[otel]`` and ``opentelemetry-sdk``): a
+    PRODUCER span per SEND, its ``traceparent`` in the frame, a CONSUMER span per message.
+    Spans go to the process's global tracer provider if the application set one, else to
+    one made from the environment with the exporter ``trace_exporter`` (``"console"``,
+    ``"otlp"``, ``"none"``; None: ``OTEL_TRACES_EXPORTER``; docs/observability.md). Off by
+    default; it costs what the SDK charges per span (tens of microseconds per message).
     """
 
     url: Optional[str] = None
@@ -87,6 +96,8 @@ class LoadConfig:
     warmup_messages: int = 0
     interval: float = 1.0
     drain_timeout: float = 5.0
+    trace: bool = False
+    trace_exporter: Optional[str] = None
 
     def validate(self) -> None:
         """Raise :class:`~stompfast.ConfigurationError` (a ValueError) for a value that cannot work."""
@@ -123,6 +134,10 @@ class LoadConfig:
         for destination in self.destinations:
             if not isinstance(destination, str) or not destination:
                 raise ConfigurationError(f"a destination must be a non-empty str, not {destination!r}")
+        if self.trace_exporter is not None and self.trace_exporter not in TRACE_EXPORTERS:
+            raise ConfigurationError(
+                f"trace_exporter must be one of {', '.join(TRACE_EXPORTERS)} or None, not {self.trace_exporter!r}"
+            )
         if self.count is not None and self.count < self.producers:
             raise ConfigurationError(
                 f"count ({self.count}) must be at least the number of producers ({self.producers})"

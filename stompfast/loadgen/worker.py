@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import time
 from contextlib import AsyncExitStack
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import anyio
 
 from .clientstats import merge_records, stats_record
-from .config import H_PRODUCER, H_SEQ, H_TS, H_WARMUP
+from .config import H_PRODUCER, H_SEQ, H_TS, H_WARMUP, LoadConfig
 from .histogram import COUNTS_LEN, HALF_COUNT, HALF_MAGNITUDE, SHIFT, SUB_MASK, new_histogram
 from .plan import WorkerSpec, group_name
 from .producer import ProducerState, send_all
@@ -52,6 +52,8 @@ class Worker:
         self.consumers_alive = 0
         self.stopping = False
         self.info: Dict[str, Any] = {}
+        #: instruments each client made (``LoadConfig.trace``), or None: nothing on the send path either way
+        self.instrument: Optional[Callable[[Any], Any]] = None  # set in run()
 
     def _error(self, text: str) -> None:
         self.error_count += 1
@@ -67,15 +69,20 @@ class Worker:
         kwargs: Dict[str, Any] = {}
         if c.versions:
             kwargs["versions"] = c.versions
-        return AsyncClient(
+        client = AsyncClient(
             self.spec.url, login=c.login, passcode=c.passcode, virtual_host=c.virtual_host,
             heart_beat=c.heart_beat, connect_timeout=c.connect_timeout, reconnect=False, **kwargs,
         )
+        if self.instrument is not None:
+            self.instrument(client)  # traced methods on this client object: the producer loop is unchanged
+        return client
 
     async def run(self) -> None:
         spec = self.spec
         async with AsyncExitStack() as stack:
             try:
+                if self.config.trace:
+                    self.instrument = trace_instrumenter(self.config)
                 for c in spec.consumers:
                     client = await stack.enter_async_context(self._client())
                     self.clients.append(client)
@@ -332,6 +339,18 @@ class Worker:
             self._error(f"producer {ps.spec.index}: {type(exc).__name__}: {exc}")
         finally:
             ps.done = True
+
+
+def trace_instrumenter(config: LoadConfig) -> Callable[[Any], Any]:
+    """``LoadConfig.trace``: a function that instruments a client (tracing only), the provider made in this process."""
+    import stompfast.otel as otel
+
+    provider = otel.tracer_provider_from_environment(config.trace_exporter)
+
+    def instrument(client: Any) -> Any:
+        return otel.instrument(client, tracer_provider=provider, metrics=False)
+
+    return instrument
 
 
 async def worker_main(spec: WorkerSpec, link: Any) -> None:

@@ -34,6 +34,7 @@ except ImportError as exc:  # the optional part is missing: say how to get it
 
 from ._instrument import Instrumentation, instrument, instrumentation_of, uninstrument
 from ._metrics import METRICS, observe_stats
+from ._setup import EXPORTERS, BatchSpan, exporter_from_environment, flush, tracer_provider_from_environment
 from ._tracing import (
     TRACED_EVENTS,
     TracedAsyncSubscription,
@@ -43,15 +44,20 @@ from ._tracing import (
 )
 
 __all__ = [
+    "EXPORTERS",
     "METRICS",
+    "BatchSpan",
     "TRACED_EVENTS",
     "Instrumentation",
     "TracedAsyncSubscription",
     "TracedSubscription",
     "context_of",
+    "exporter_from_environment",
+    "flush",
     "instrument",
     "instrumentation_of",
     "observe_stats",
     "span_of",
+    "tracer_provider_from_environment",
     "uninstrument",
 ]

@@ -46,7 +46,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 
 from ..errors import ConfigurationError
-from ._options import ConnectionOptions, client_kwargs, get_int, get_str, prefixed
+from ._options import ConnectionOptions, client_kwargs, get_bool, get_int, get_str, prefixed
 
 __all__ = ["CONFIRM_MODES", "DELIVERY_HEADERS", "StompCommitMessage", "StompStreamWriter", "StompWriter"]
 
@@ -115,6 +115,12 @@ class _WriterBase:
         self.extra_headers = prefixed(options, "header.")
         self.dedupe_header = get_str(options, "dedupeHeader")
         self.dedupe_id = get_str(options, "dedupeId") or uuid.uuid4().hex  # fixed on the driver
+        self.trace = get_bool(options, "trace", False)
+        if self.trace:  # fail on the driver, before any task, when OpenTelemetry is missing
+            try:
+                import stompfast.otel  # noqa: F401
+            except ImportError as exc:
+                raise ConfigurationError(f"option trace=true: {exc}") from None
         self.last_commit: Optional[Dict[str, Any]] = None
 
     def _key(self) -> Tuple[str, str, int]:
@@ -180,6 +186,28 @@ def _columns(w: _WriterBase, batch: pa.RecordBatch, first_row: int) -> Tuple[Lis
 
 def _send_batches(w: _WriterBase, batches: Iterator[pa.RecordBatch], dedupe_prefix: str) -> Tuple[int, int, int]:
     """Send every row, confirmed as ``confirm`` says; return (sent, confirmed, body bytes) once all are confirmed."""
+    if not w.trace:
+        return _send_task(w, batches, dedupe_prefix, None)
+    import stompfast.otel as otel
+
+    # option trace: one PRODUCER span for the task (not one per row); its traceparent on every SEND
+    provider = otel.tracer_provider_from_environment()
+    span = otel.BatchSpan(w.destination if w.dest_col is None else None, tracer_provider=provider)
+    tally: Dict[str, int] = {"sent": 0}
+    try:
+        result = _send_task(w, batches, dedupe_prefix, span.headers, tally)
+    except BaseException as exc:
+        span.end(tally["sent"], exc)
+        otel.flush(provider)
+        raise
+    span.end(result[0])
+    otel.flush(provider)  # a Python worker may be ended without exiting: export the task's span now
+    return result
+
+
+def _send_task(w: _WriterBase, batches: Iterator[pa.RecordBatch], dedupe_prefix: str,
+               trace_headers: Optional[Dict[str, str]], tally: Optional[Dict[str, int]] = None) -> Tuple[int, int, int]:
+    """:func:`_send_batches` for one task; ``trace_headers`` go on every SEND (and win over a row's own)."""
     from .._sync import Client
 
     client = Client(**client_kwargs(w.conn))
@@ -200,6 +228,10 @@ def _send_batches(w: _WriterBase, batches: Iterator[pa.RecordBatch], dedupe_pref
         limit = max(1, w.receipt_window // every)
         state: Dict[str, Any] = {"since": 0, "confirmed": 0, "tx": None}
         extra = w.extra_headers
+        dropped = DELIVERY_HEADERS  # a row's headers that are not sent on
+        if trace_headers:  # the task's context replaces a row's own
+            extra = {**extra, **trace_headers}
+            dropped = DELIVERY_HEADERS | {name.lower() for name in trace_headers}
         dedupe = w.dedupe_header
         content_type = w.content_type
 
@@ -218,7 +250,7 @@ def _send_batches(w: _WriterBase, batches: Iterator[pa.RecordBatch], dedupe_pref
                     h = dict(extra)
                     if row_headers:
                         for k, v in row_headers:
-                            if k.lower() not in DELIVERY_HEADERS:
+                            if k.lower() not in dropped:
                                 h[k] = "" if v is None else v
                     if dedupe:
                         h[dedupe] = f"{dedupe_prefix}{first + i}"
@@ -263,6 +295,8 @@ def _send_batches(w: _WriterBase, batches: Iterator[pa.RecordBatch], dedupe_pref
             client.portal.call(send_batch, dests, bodies, headers, index)
             index += len(bodies)
             sent += len(bodies)
+            if tally is not None:
+                tally["sent"] = sent
         client.portal.call(finish)
         confirmed = state["confirmed"]
     if confirmed != sent:  # pragma: no cover - a bookkeeping error, never a broker's

@@ -168,3 +168,32 @@ def test_a_failing_sink_acks_nothing_it_did_not_deliver(spark: Any, target: Any,
     with pytest.raises(Exception, match="ServerError|closed the connection"):  # the broker's refusal
         query.awaitTermination(60)
     assert sorted(target.drain(src)) == sorted(f"k{i}".encode() for i in range(n))
+
+
+def test_trace_option_one_span_per_task_its_traceparent_on_every_send(spark: Any) -> None:
+    # option trace=true: one PRODUCER span per task (partition), its context on each of the task's SENDs;
+    # the executors' spans stay in their processes, so what arrives at the broker is checked
+    pytest.importorskip("opentelemetry.sdk.trace", reason="opentelemetry-sdk is not installed:"
+                        " pip install 'stompfast[otel]' opentelemetry-sdk")
+    from pyspark.sql import functions as F
+
+    from stompfast.testing import Broker
+
+    with Broker.in_thread(port=0, record=True, record_limit=10_000) as broker:
+        q = f"/queue/traced-{uuid.uuid4().hex[:8]}"
+        rows = (spark.range(30, numPartitions=3)
+                .select(F.col("id").cast("string").alias("body"),
+                        F.create_map(F.lit("traceparent"), F.lit("00-" + "1" * 32 + "-" + "2" * 16 + "-01"),
+                                     F.lit("x-row"), F.col("id").cast("string")).alias("headers")))
+        rows.write.format("stomp").option("url", broker.url).option("destination", q) \
+            .option("trace", "true").mode("append").save()
+        plain = f"/queue/untraced-{uuid.uuid4().hex[:8]}"
+        spark.createDataFrame([("a",), ("b",)], "body string").write.format("stomp") \
+            .option("url", broker.url).option("destination", plain).mode("append").save()
+        frames = [f for f in broker.received if f.command == "SEND"]
+    traced = [f for f in frames if f.headers["destination"] == q]
+    assert len(traced) == 30 and all("x-row" in f.headers for f in traced)
+    parents = {f.headers.get("traceparent") for f in traced}
+    assert None not in parents and len(parents) == 3, parents  # one span per partition, not per row
+    assert "00-" + "1" * 32 + "-" + "2" * 16 + "-01" not in parents  # the task's context replaced the row's
+    assert all("traceparent" not in f.headers for f in frames if f.headers["destination"] == plain)
