@@ -23,6 +23,7 @@ snapshots; nothing is pushed anywhere from the client's own paths.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Tuple
 
@@ -40,26 +41,20 @@ RTT_BOUNDS: Tuple[float, ...] = tuple(
 class RttHistogram:
     """Receipt round trips: counts per bucket of :data:`RTT_BOUNDS` (one list, no allocation per record)."""
 
-    __slots__ = ("counts", "total", "count")
+    __slots__ = ("counts", "total")
 
     def __init__(self) -> None:
         self.counts: List[int] = [0] * (len(RTT_BOUNDS) + 1)  # the last: above the largest bound
         self.total = 0.0
-        self.count = 0
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
 
     def record(self, seconds: float) -> None:
-        if seconds < 0:
-            seconds = 0.0
-        # ~1.5x buckets from 50 µs: the index by logarithm (no search); clamped at both ends
-        if seconds <= RTT_BOUNDS[0]:
-            i = 0
-        else:
-            i = min(len(RTT_BOUNDS), int(math.ceil(math.log(seconds / RTT_BOUNDS[0], 1.5) - 1e-9)))
-            if i < len(RTT_BOUNDS) and seconds > RTT_BOUNDS[i]:  # (float rounding at a bound)
-                i += 1
-        self.counts[i] += 1
+        """One round trip (one C-level bisection: this runs once per RECEIPT)."""
+        self.counts[bisect_left(RTT_BOUNDS, seconds)] += 1  # the first bucket whose bound is >= seconds
         self.total += seconds
-        self.count += 1
 
     def summary(self) -> "RttSummary":
         cumulative = []
@@ -68,7 +63,7 @@ class RttHistogram:
             running += n
             cumulative.append((bound, running))
         cumulative.append((math.inf, running + self.counts[-1]))
-        return RttSummary(count=self.count, sum=self.total, buckets=tuple(cumulative))
+        return RttSummary(count=cumulative[-1][1], sum=self.total, buckets=tuple(cumulative))
 
 
 @dataclass(frozen=True)
