@@ -137,17 +137,26 @@ class Outbox(Counters):
         if out and self._transport is not None and self._error is None:
             data = out[0] if len(out) == 1 else b"".join(out)
             if self._transport.try_write(data):
-                if frame_log.isEnabledFor(DEBUG):
-                    self._log_frames(">", data)
-                self._n_entries_written += len(out)
-                self._n_bytes_out += len(data)
-                out.clear()
-                self._out_bytes = 0
-                if self._drained is not None:
-                    self._drained.set()
-                    self._drained = None
+                self._taken(data)
                 if self._beating:
                     self._last_sent = self._clock()
+
+    def _taken(self, data: bytes) -> None:
+        """The whole queue was taken as ``data`` to be written: count it, empty it, wake who waits for room.
+
+        (Every batch write goes through here: the writer task, :meth:`_flush_now`,
+        :meth:`_write_queued`; once per batch, never per frame.)
+        """
+        out = self._out
+        self._n_entries_written += len(out)
+        self._n_bytes_out += len(data)
+        out.clear()
+        self._out_bytes = 0
+        if self._drained is not None:
+            self._drained.set()
+            self._drained = None
+        if frame_log.isEnabledFor(DEBUG):
+            self._log_frames(">", data)
 
     async def _write_queued(self) -> None:
         """Write what is queued from the calling task, unless the writer task is writing."""
@@ -155,12 +164,7 @@ class Outbox(Counters):
             return
         out = self._out
         data = out[0] if len(out) == 1 else b"".join(out)
-        self._n_entries_written += len(out)
-        self._n_bytes_out += len(data)
-        out.clear()
-        self._out_bytes = 0
-        if frame_log.isEnabledFor(DEBUG):
-            self._log_frames(">", data)
+        self._taken(data)
         await self._transport.send(data)
 
     def _write_now(self, data: bytes) -> bool:
@@ -226,15 +230,7 @@ class Outbox(Counters):
                 # (send_from_thread) must never pass frames taken but not yet written
                 self._writing = True
                 data = out[0] if len(out) == 1 else b"".join(out)
-                self._n_entries_written += len(out)
-                self._n_bytes_out += len(data)
-                out.clear()
-                self._out_bytes = 0
-                if self._drained is not None:
-                    self._drained.set()
-                    self._drained = None
-                if frame_log.isEnabledFor(DEBUG):
-                    self._log_frames(">", data)
+                self._taken(data)
                 try:
                     await transport.send(data)
                 finally:
