@@ -95,6 +95,25 @@ class RttSummary:
                 return bound
         return math.inf
 
+    def as_dict(self) -> Dict[str, Any]:
+        """Plain values (JSON-ready): count, sum, mean, p50/p90/p99 (None without data or above the last
+        bound: JSON has no infinity) and the cumulative counts per finite bound (the last one is ``count``)."""
+        out: Dict[str, Any] = {"count": self.count, "sum": self.sum, "mean": self.mean}
+        for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+            value = self.quantile(q) if self.count else math.inf
+            out[name] = value if math.isfinite(value) else None
+        out["buckets"] = [[bound, n] for bound, n in self.buckets if math.isfinite(bound)]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RttSummary":
+        """The summary :meth:`as_dict` wrote (the overflow bucket restored from ``count``)."""
+        buckets = tuple((float(bound), int(n)) for bound, n in data.get("buckets") or ())
+        count = int(data.get("count") or 0)
+        if buckets:
+            buckets += ((math.inf, count),)
+        return cls(count=count, sum=float(data.get("sum") or 0.0), buckets=buckets)
+
 
 def merge_summaries(summaries: Iterable[RttSummary]) -> RttSummary:
     """One summary of several clients' round trips: counts and sums added, bucket by bucket.
@@ -167,15 +186,11 @@ class ClientStats:
     receipt_rtt: RttSummary = field(default_factory=RttSummary)
 
     def as_dict(self) -> Dict[str, object]:
-        """Plain values (for JSON): the histogram as its count, sum, mean and p50/p90/p99 (seconds)."""
+        """Plain values (for JSON): the histogram as :meth:`RttSummary.as_dict` writes it (seconds)."""
         out: Dict[str, object] = {name: getattr(self, name) for name in self.__dataclass_fields__
                                   if name not in ("buffered", "receipt_rtt")}
         out["buffered"] = dict(self.buffered)
-        rtt = self.receipt_rtt
-        out["receipt_rtt"] = {"count": rtt.count, "sum": rtt.sum, "mean": rtt.mean,
-                              "p50": rtt.quantile(0.5) if rtt.count else None,
-                              "p90": rtt.quantile(0.9) if rtt.count else None,
-                              "p99": rtt.quantile(0.99) if rtt.count else None}
+        out["receipt_rtt"] = self.receipt_rtt.as_dict()
         return out
 
 

@@ -145,7 +145,11 @@ def test_the_round_trip_histogram_buckets_and_quantiles():
     with pytest.raises(ValueError):
         summary.quantile(0)
     assert ClientStats().as_dict()["receipt_rtt"] == {"count": 0, "sum": 0.0, "mean": 0.0, "p50": None,
-                                                       "p90": None, "p99": None}
+                                                       "p90": None, "p99": None, "buckets": []}
+    # JSON has no infinity: a quantile above the last bound is None; the summary reads back as it was
+    written = summary.as_dict()
+    assert written["p50"] == p50 and written["p99"] is None and written["buckets"][-1] == [RTT_BOUNDS[-1], 6]
+    assert RttSummary.from_dict(written) == summary
 
 
 def test_merged_summaries_have_the_quantiles_of_every_round_trip_together():

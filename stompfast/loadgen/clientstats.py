@@ -11,47 +11,22 @@ together (the buckets are added, the same bounds for every client).
 
 from __future__ import annotations
 
-import math
+from dataclasses import fields
 from typing import Any, Dict, Iterable, Mapping
 
 from .._stats import ClientStats, RttSummary, merge_summaries
 
-#: Counters summed over clients (``ClientStats`` fields).
-COUNTERS = (
-    "frames_in", "bytes_in", "frames_out", "bytes_out", "messages_sent", "messages_received", "acks", "nacks",
-    "receipts_confirmed", "receipts_failed", "errors", "connection_losses", "reconnects", "frames_dropped",
-)
 #: Gauges summed over clients (their values when the snapshot was taken).
 GAUGES = ("bytes_queued", "receipts_pending")
-
-
-def _finite(value: float) -> Any:
-    return value if math.isfinite(value) else None
-
-
-def _rtt_dict(rtt: RttSummary) -> Dict[str, Any]:
-    """The round trips as plain values: count, sum, mean, p50/p90/p99 (null without data), the finite buckets."""
-    out: Dict[str, Any] = {"count": rtt.count, "sum": rtt.sum, "mean": rtt.mean}
-    for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
-        out[name] = _finite(rtt.quantile(q)) if rtt.count else None
-    # cumulative counts per finite bound (JSON has no inf): the last bucket is ``count``
-    out["buckets"] = [[bound, n] for bound, n in rtt.buckets if math.isfinite(bound)]
-    return out
-
-
-def _rtt_summary(data: Mapping[str, Any]) -> RttSummary:
-    buckets = tuple((float(bound), int(n)) for bound, n in data.get("buckets") or ())
-    count = int(data.get("count") or 0)
-    if buckets:
-        buckets += ((math.inf, count),)
-    return RttSummary(count=count, sum=float(data.get("sum") or 0.0), buckets=buckets)
+#: Counters summed over clients: every other integer field of ``ClientStats``.
+COUNTERS = tuple(f.name for f in fields(ClientStats) if f.name not in GAUGES + ("buffered", "receipt_rtt"))
 
 
 def stats_record(stats: ClientStats) -> Dict[str, Any]:
     """One client's snapshot as a record to merge (JSON-ready): ``as_dict()`` with ``clients`` 1 and the buckets."""
     out: Dict[str, Any] = {name: getattr(stats, name) for name in COUNTERS + GAUGES}
     out["buffered"] = sum(stats.buffered.values())
-    out["receipt_rtt"] = _rtt_dict(stats.receipt_rtt)
+    out["receipt_rtt"] = stats.receipt_rtt.as_dict()
     out["clients"] = 1
     return out
 
@@ -72,5 +47,5 @@ def merge_records(records: Iterable[Mapping[str, Any]]) -> Dict[str, Any]:
         value = r.get("buffered") or 0
         buffered += sum(value.values()) if isinstance(value, Mapping) else int(value)
     out["buffered"] = buffered
-    out["receipt_rtt"] = _rtt_dict(merge_summaries(_rtt_summary(r.get("receipt_rtt") or {}) for r in records))
+    out["receipt_rtt"] = merge_summaries(RttSummary.from_dict(r.get("receipt_rtt") or {}) for r in records).as_dict()
     return out
