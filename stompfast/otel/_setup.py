@@ -123,6 +123,19 @@ def flush(provider: Optional[TracerProvider], timeout_millis: int = 5000) -> Non
         log.debug("flushing the tracer provider failed", exc_info=True)
 
 
+def finish_span(span: Span, error: Optional[BaseException] = None) -> None:
+    """End ``span``, recording ``error`` first if there is one (the messaging conventions' ``error.type``).
+
+    May raise what the tracer raises: callers catch it (a tracer never fails a send).
+    """
+    if error is not None:
+        span.set_attribute("error.type", type(error).__qualname__)
+        if isinstance(error, Exception):
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+    span.end()
+
+
 class BatchSpan:
     """One PRODUCER span for a batch of SENDs (a Spark write task), not one per message.
 
@@ -162,11 +175,6 @@ class BatchSpan:
         self.span = None
         try:
             span.set_attribute("messaging.batch.message_count", message_count)
-            if error is not None:
-                span.set_attribute("error.type", type(error).__qualname__)
-                if isinstance(error, Exception):
-                    span.record_exception(error)
-                    span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
-            span.end()
+            finish_span(span, error)
         except Exception:
             log.warning("the OpenTelemetry tracer raised while ending a batch span", exc_info=True)

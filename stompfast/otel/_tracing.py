@@ -49,11 +49,12 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.propagators.textmap import TextMapPropagator
-from opentelemetry.trace import INVALID_SPAN, Link, Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import INVALID_SPAN, Link, Span, SpanKind, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from .. import AsyncClient, AsyncSubscription, Client, Message, Receipt, ReceiptFuture, Subscription, SyncMessage
 from ..errors import ClientClosedError
+from ._setup import finish_span
 
 log = logging.getLogger("stompfast.otel")
 
@@ -204,12 +205,7 @@ class Tracing:
         if span is None:
             return
         try:
-            if error is not None:
-                span.set_attribute("error.type", type(error).__qualname__)
-                if isinstance(error, Exception):
-                    span.record_exception(error)
-                    span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
-            span.end()
+            finish_span(span, error)
         except Exception:
             self.failed("ending a span")
 
