@@ -11,7 +11,6 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from stompfast import AsyncClient
 from stompfast._client import AsyncClient as ClientClass
 from stompfast._inbox import Inbox
 from stompfast._link import Link
@@ -20,7 +19,6 @@ from stompfast._protocol import StompProtocol
 from stompfast._session import Session
 from stompfast._stats import Counters
 from stompfast._supervisor import Supervisor
-from stompfast.testing import Broker
 
 PARTS = (Link, Supervisor, Outbox, Inbox, Session, Counters)
 
@@ -100,9 +98,23 @@ async def test_the_inbox_alone_dispatches_one_read_to_its_inlet_and_receipts():
     assert box._n_frames_in == 4 and box._n_receipts_ok == 1 and box._rtt.count == 1
 
 
-@pytest.mark.anyio
-async def test_the_link_alone_opens_a_session_and_the_client_installs_it():
-    async with Broker() as broker:
-        async with AsyncClient(broker.url, heart_beat=(0, 0)) as client:
-            assert client.version == "1.2" and client.is_connected
-            assert client.endpoint.port == broker.port
+def test_the_counters_alone_derive_messages_sent_and_frames_out():
+    # the snapshot's derivation (docs: messages_sent is entries given to the outbox minus the
+    # non-SEND ones), with no client: 5 SENDs, 2 ACKs and a SUBSCRIBE written, a heart-beat
+    # written, one SEND and a heart-beat dropped with a lost link, one SEND and a heart-beat
+    # still queued, one SEND written by a thread, the CONNECT
+    class Box(Counters):
+        def __init__(self) -> None:
+            self._init_counters()
+            self._out, self._out_bytes = [b"SEND x", b"\n"], 7
+            self._receipts, self._subs, self.reconnects = {}, {}, 0
+
+    box = Box()
+    box._n_entries_written = 5 + 2 + 1 + 1
+    box._n_acks, box._n_control, box._n_heartbeats = 2, 1, 3
+    box._n_entries_dropped, box._n_frames_dropped = 2, 1
+    box._n_thread_sends, box._n_connects = 1, 1
+    stats = box.stats()
+    assert stats.messages_sent == 5 + 1 + 1 + 1  # written, dropped, queued, from a thread
+    assert stats.frames_out == (5 + 2 + 1) + 1 + 1  # written frames (the heart-beat not), the thread's, CONNECT
+    assert stats.frames_dropped == 1 and stats.acks == 2 and stats.bytes_queued == 7
