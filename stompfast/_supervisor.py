@@ -19,6 +19,7 @@ import random
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import anyio
+import anyio.lowlevel
 
 from ._common import RETRYABLE, conn_log, log, reconnect_log, where
 from ._config import Endpoint
@@ -239,9 +240,16 @@ class Supervisor(Counters):
             self._up_event.set()
 
     async def _ensure_open(self) -> None:
-        """Return when a connection is up; wait while one is being re-established."""
+        """Return when a connection is up; wait while one is being re-established.
+
+        A call refused here (the client failed or is closed) still yields to the loop
+        first: a caller retrying on the error (a loop of ``send``) cannot starve every
+        other task, the reconnect and the heart-beats included.
+        """
         while self._state == "reconnecting" and self._error is None:
             up = self._up_event
             assert up is not None
             await up.wait()
+        if self._error is not None or self._state != "open":
+            await anyio.lowlevel.checkpoint()
         self._check_open()

@@ -418,3 +418,24 @@ async def test_an_eof_reaching_the_reader_after_the_link_was_taken_down_reconnec
             assert c.is_connected
             sent = [f.body for f in broker.received if f.command == "SEND"]
             assert sent == ([b"x", b"after"] if c._push else [b"x", b"y", b"after"])
+
+
+async def test_a_send_refused_by_a_failed_client_still_yields_to_the_loop():
+    # A retry loop around send() on a client that failed for good must not starve the other tasks:
+    # the refusal comes after a checkpoint (what the ActiveMQ soak on trio tripped over).
+    ran = []
+    async with Broker() as broker:
+        c = make(broker.url, policy=ReconnectPolicy(enabled=False))
+        async with c:
+            broker.drop_connections()
+            await wait_until(lambda: c.error is not None)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lambda: _append(ran))
+                for _ in range(3):  # no await of our own between the refusals
+                    with pytest.raises(ConnectionLostError):
+                        await c.send("/queue/x", b"x")
+                assert ran == [1]  # (inside the group: leaving it would wait for the task anyway)
+
+
+async def _append(ran):
+    ran.append(1)

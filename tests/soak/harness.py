@@ -43,7 +43,6 @@ from functools import partial
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
 import anyio
-import anyio.lowlevel
 
 from stompfast import (
     AsyncClient,
@@ -321,7 +320,6 @@ class _Run:
                                                 receipt=True, wait=False)
                 except ConnectionLostError as exc:  # written on a link that died: not confirmed, send again
                     self._settled(seq, exc)
-                    await anyio.lowlevel.checkpoint()  # (a raise need not yield: let the reconnect run)
                     continue
                 # any other error (the client failed for good) ends the run, with its reason, via failure():
                 # re-sending into a dead client would spin without ever yielding to the loop
