@@ -19,6 +19,7 @@ docs/architecture.md).
 from __future__ import annotations
 
 from logging import DEBUG
+from time import monotonic
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 import anyio
@@ -218,7 +219,7 @@ class Inbox(Counters):
                 receipt = self._receipts.pop(event.receipt_id, None)
                 if receipt is not None:
                     self._n_receipts_ok += 1
-                    self._rtt.record(self._clock() - receipt.sent_at)
+                    self._rtt.record(monotonic() - receipt.sent_at)
                     receipt.resolve()
             elif type(event) is ErrorReceived:
                 self._n_errors += 1
@@ -380,7 +381,7 @@ class Inbox(Counters):
 
     def _register(self, receipt_id: Optional[str]) -> PendingReceipt:
         assert receipt_id is not None
-        receipt = PendingReceipt(receipt_id, self._loop, self._clock())
+        receipt = PendingReceipt(receipt_id, self._loop, monotonic())
         if self._stalled and self._paused_on is not None:
             self._n_receipts_failed += 1
             receipt.reject(self._stall_error(self._paused_on))

@@ -19,6 +19,7 @@ and only reads those under "reads".
 from __future__ import annotations
 
 from logging import DEBUG
+from time import monotonic
 from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Union
 
 import anyio
@@ -345,7 +346,7 @@ class Outbox(Counters):
                 return None
             receipt_id = "t%d" % next(self._thread_receipts)
             data = self._protocol.encode_send(destination, body, headers, content_type, receipt_id)
-            receipt = PendingReceipt(receipt_id, self._loop, self._clock())
+            receipt = PendingReceipt(receipt_id, self._loop, monotonic())
             receipt.add_done_callback(on_done)  # before anything can complete it
             self._receipts[receipt_id] = receipt
             if not transport.write_from_thread(data):

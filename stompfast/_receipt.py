@@ -99,7 +99,8 @@ class PendingReceipt(Receipt):
 
     def __init__(self, receipt_id: str, loop: Any = None, sent_at: float = 0.0) -> None:
         super().__init__(receipt_id, loop)
-        #: when the frame was given to the connection (the client's clock): the round trip starts there
+        #: when the frame was given to the connection (``time.monotonic``, not the loop's clock: uvloop's
+        #: ticks in whole milliseconds, which would read a fast round trip as 0)
         self.sent_at = sent_at
 
     def resolve(self) -> None:
