@@ -322,7 +322,9 @@ class SyncLoop:
             except BaseException as exc:
                 if future.done():
                     raise  # the call's own outcome (its timeouts included)
-                if isinstance(exc, TimeoutError):  # only this wait's check interval
+                # Only this wait's check interval. Before Python 3.11 the interval's timeout is
+                # concurrent.futures.TimeoutError, a class of its own, not the builtin.
+                if isinstance(exc, (TimeoutError, concurrent.futures.TimeoutError)):
                     if loop.is_closed():  # the loop stopped before it ever ran the task
                         future.cancel()
                         raise ClientClosedError("the client's event loop stopped while waiting") from None

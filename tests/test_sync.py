@@ -341,6 +341,24 @@ def test_withheld_receipts_time_out_and_the_client_goes_on(client, broker):
     assert not pending.done()  # a withheld receipt never comes
 
 
+def test_blocking_calls_wait_past_the_loop_check_interval(client, broker, monkeypatch):
+    # subscribe(), flush() and a commit that take longer than one check interval of
+    # the waiting thread go on waiting (timeout=None). Before Python 3.11 the
+    # interval's own timeout is concurrent.futures.TimeoutError, not the builtin,
+    # and each of these calls raised it after one interval (1 s in real use).
+    import stompfast._sync_loop as sync_loop
+
+    monkeypatch.setattr(sync_loop, "LOOP_CHECK_INTERVAL", 0.05)
+    broker.delay_receipts(0.4)
+    with client.subscribe("/queue/slow", ack="client-individual") as sub:
+        client.send("/queue/slow", b"x", receipt=True, wait=False)
+        client.flush()
+        with client.transaction() as tx:
+            tx.send("/queue/slow", b"y")
+        assert [m.body for m in (sub.receive(timeout=WAIT), sub.receive(timeout=WAIT))] == [b"x", b"y"]
+    broker.delay_receipts(0)
+
+
 def test_pipelined_receipts_flush_and_wait_receipts(client, broker):
     broker.delay_receipts(0.5)
     receipts = [client.send("/queue/a", b"%d" % i, receipt=True, wait=False) for i in range(20)]
