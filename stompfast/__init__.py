@@ -9,6 +9,7 @@ from ._stats import ClientStats, RttSummary
 from ._subscription import AsyncSubscription
 from ._sync import Client, Portal, ReceiptFuture, Subscription, SyncMessage, Transaction
 from .errors import (
+    AlreadySettledError,
     AuthenticationError,
     ClientClosedError,
     ConfigurationError,
@@ -43,6 +44,7 @@ import logging as _logging
 _logging.getLogger("stompfast").addHandler(_logging.NullHandler())
 
 __all__ = [
+    "AlreadySettledError",
     "AsyncClient",
     "AsyncSubscription",
     "AsyncTransaction",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Mapping, Optional, Tuple, Union
 
-from .errors import LocalProtocolError, ServerError
+from .errors import AlreadySettledError, LocalProtocolError, ServerError
 from .frames import Frame
 
 __all__ = ["Connected", "ErrorReceived", "Event", "Message", "ReceiptReceived"]
@@ -51,20 +51,26 @@ class ErrorReceived:
     """The broker sent an ERROR frame; ``error`` is the exception to raise for it.
 
     STOMP: "the server MUST then close the connection just after sending the
-    ERROR frame", so the session is failed after this event.
+    ERROR frame", so the session is failed after this event, unless
+    ``ends_session`` is false: an ERROR the broker is known to send while it keeps
+    the connection (``ERRORS_THAT_KEEP_THE_SESSION`` in ``_protocol.py``), after
+    which the session goes on.
     """
 
-    __slots__ = ("error",)
+    __slots__ = ("error", "ends_session")
 
-    def __init__(self, error: ServerError) -> None:
+    def __init__(self, error: ServerError, ends_session: bool = True) -> None:
         self.error = error
+        self.ends_session = ends_session
 
     @property
     def receipt_id(self) -> Optional[str]:
         return self.error.receipt_id
 
     def __repr__(self) -> str:
-        return f"ErrorReceived({self.error!r})"
+        if self.ends_session:
+            return f"ErrorReceived({self.error!r})"
+        return f"ErrorReceived({self.error!r}, ends_session=False)"
 
 
 class Message:
@@ -80,7 +86,10 @@ class Message:
     # owner: the subscription that acks it; seq: its delivery number on that subscription;
     # sync: the blocking client's subscription, set only on the messages it hands out
     # (re-classed as its SyncMessage, whose layout must match this one's).
-    __slots__ = ("frame", "subscription", "message_id", "ack_id", "session", "owner", "seq", "sync", "__weakref__")
+    # settled: None, or "ACK"/"NACK" once ack() or nack() was called (a second call is refused).
+    __slots__ = (
+        "frame", "subscription", "message_id", "ack_id", "session", "owner", "seq", "sync", "settled", "__weakref__"
+    )
     sync: Any  # (a slot, never set by __init__: only on what the blocking client hands out)
 
     def __init__(
@@ -95,6 +104,7 @@ class Message:
         self.session = session
         self.owner: Any = None
         self.seq = 0
+        self.settled: Optional[str] = None
 
     @property
     def body(self) -> bytes:
@@ -121,11 +131,34 @@ class Message:
     def text(self) -> str:
         return self.frame[2].decode("utf-8")
 
+    def claim_settle(self, command: str) -> None:
+        """Mark the message settled by ``command`` (``"ACK"`` or ``"NACK"``); refuse a second settle.
+
+        Raises:
+            AlreadySettledError: ack() or nack() was called on it before.
+        """
+        if self.settled is not None:
+            raise AlreadySettledError(
+                f"message {self.message_id!r} was already settled ({self.settled}): a second {command} is refused"
+                " (RabbitMQ would close the connection for it)",
+                message_id=self.message_id,
+                settled=self.settled,
+            )
+        self.settled = command
+
     def ack(self, *, transaction: Optional[str] = None, receipt: bool = False) -> Awaitable[None]:
-        """Acknowledge the message: ``await msg.ack()`` (the blocking client's SyncMessage: ``msg.ack()``)."""
+        """Acknowledge the message: ``await msg.ack()`` (the blocking client's SyncMessage: ``msg.ack()``).
+
+        A message is settled once: a second ``ack()`` or ``nack()`` raises
+        :class:`~stompfast.AlreadySettledError` at once, whatever became of the first.
+        """
         owner = self.owner
         if owner is None:
             raise LocalProtocolError("this message is not attached to a subscription that can ack it")
+        # claim_settle inlined (this runs once per message): it raises when settled
+        if self.settled is not None:
+            self.claim_settle("ACK")
+        self.settled = "ACK"
         done: Awaitable[None]
         if transaction is None and not receipt:
             done = owner.ack_message(self)
@@ -134,9 +167,13 @@ class Message:
         return done
 
     def nack(self, *, transaction: Optional[str] = None, receipt: bool = False) -> Awaitable[None]:
-        """Refuse the message (STOMP 1.1+): ``await msg.nack()`` (SyncMessage: ``msg.nack()``)."""
+        """Refuse the message (STOMP 1.1+): ``await msg.nack()`` (SyncMessage: ``msg.nack()``).
+
+        Settles the message once, as :meth:`ack` does.
+        """
         if self.owner is None:
             raise LocalProtocolError("this message is not attached to a subscription that can nack it")
+        self.claim_settle("NACK")
         done: Awaitable[None] = self.owner.nack_message(self, transaction=transaction, receipt=receipt)
         return done
 

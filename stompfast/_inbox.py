@@ -29,8 +29,16 @@ from ._protocol import ErrorReceived, Message, ReceiptReceived, SessionState, St
 from ._stats import Counters
 from ._receipt import PendingReceipt
 from ._subscription import Inlet
+from ._common import conn_log
 from ._transport import READ_SIZE, AsyncioTransport, PushTransport, StompTransport, describe_error
-from .errors import ClientClosedError, ConnectionLostError, FlowControlError, HeartbeatTimeout, RemoteProtocolError
+from .errors import (
+    ClientClosedError,
+    ConnectionLostError,
+    FlowControlError,
+    HeartbeatTimeout,
+    RemoteProtocolError,
+    ServerError,
+)
 
 __all__ = ["Inbox"]
 
@@ -223,6 +231,9 @@ class Inbox(Counters):
                     receipt.resolve()
             elif type(event) is ErrorReceived:
                 self._n_errors += 1
+                if not event.ends_session:
+                    self._error_kept(event.error)
+                    continue
                 for sub in touched:
                     sub.ready.set()
                 self._fail(event.error)
@@ -236,6 +247,22 @@ class Inbox(Counters):
                 else:
                     full.append(sub)
         return full
+
+    def _error_kept(self, error: ServerError) -> None:
+        """An ERROR after which the broker keeps the session: fail the receipt it names, else log it.
+
+        Which ERRORs these are is the protocol's table (``ERRORS_THAT_KEEP_THE_SESSION``,
+        docs/errors.md). The connection, the subscriptions and every other pending
+        receipt go on untouched.
+        """
+        peer = f"{self.endpoint.host}:{self.endpoint.port}"
+        receipt = self._receipts.pop(error.receipt_id, None) if error.receipt_id is not None else None
+        if receipt is not None:
+            self._n_receipts_failed += 1
+            receipt.reject(error)
+            conn_log.info("%s refused a frame and kept the session: %s", peer, error)
+        else:
+            conn_log.info("%s sent ERROR and kept the session: %s", peer, error)
 
     async def _dispatch(self, events: List[Any]) -> None:
         full = self._dispatch_now(events)

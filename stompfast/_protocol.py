@@ -40,6 +40,7 @@ from .frames import Frame
 
 __all__ = [
     "ACK_MODES",
+    "ERRORS_THAT_KEEP_THE_SESSION",
     "SUPPORTED_VERSIONS",
     "TRANSITIONS",
     "Connected",
@@ -62,6 +63,32 @@ SUPPORTED_VERSIONS: Tuple[str, ...] = ("1.0", "1.1", "1.2")
 #: raw: 1.1 out, 1.0 in.
 ESCAPING_ON_1_0: Dict[str, Tuple[str, str]] = {"RabbitMQ/": ("1.1", "1.1"), "ActiveMQ/": ("1.1", "1.0")}
 ACK_MODES = ("auto", "client", "client-individual")
+
+
+def _rabbitmq_keeps(headers: Mapping[str, str]) -> bool:
+    # RabbitMQ sends "Subscription not found" for deliveries still in flight to a
+    # subscription just left, and for an ACK/NACK of a message of one; it keeps the
+    # connection open after it (measured on RabbitMQ 3.10; docs/errors.md).
+    return headers.get("message") == "Subscription not found"
+
+
+def _activemq_keeps(headers: Mapping[str, str]) -> bool:
+    # ActiveMQ Classic answers a frame it refuses (an unknown transaction, an
+    # unexpected ACK, a SEND without destination, ...) with an ERROR that carries
+    # the frame's receipt id and keeps the connection open; ERRORs that end the
+    # session (a failed login) carry none, and it closes the socket after them.
+    return "receipt-id" in headers
+
+
+#: ERRORs after which the broker keeps the session, by the start of its ``server``
+#: header: a test of the ERROR's headers. Every other ERROR ends the session, as
+#: STOMP says ("the server MUST then close the connection just after sending the
+#: ERROR frame"); the client then closes the connection itself. A kept ERROR that
+#: names a receipt fails that receipt only. docs/errors.md has the table.
+ERRORS_THAT_KEEP_THE_SESSION: Dict[str, Any] = {
+    "RabbitMQ/": _rabbitmq_keeps,
+    "ActiveMQ/": _activemq_keeps,
+}
 
 
 class SessionState(enum.Enum):
@@ -92,6 +119,10 @@ TRANSITIONS: Dict[Tuple[SessionState, str], SessionState] = {
     (S.CONNECTED, "<MESSAGE"): S.CONNECTED,
     (S.CONNECTED, "<RECEIPT"): S.CONNECTED,
     (S.CONNECTED, "<ERROR"): S.FAILED,
+    # An ERROR the broker is known to send without ending the connection (see
+    # ERRORS_THAT_KEEP_THE_SESSION): the session goes on.
+    (S.CONNECTED, "<ERROR kept"): S.CONNECTED,
+    (S.DISCONNECTING, "<ERROR kept"): S.DISCONNECTING,
     (S.CONNECTED, "DISCONNECT"): S.DISCONNECTING,
     # After DISCONNECT the broker may still deliver what it had in flight, and
     # receipts for earlier frames; the DISCONNECT receipt closes the session.
@@ -706,7 +737,11 @@ class StompProtocol:
                 self._move("<CONNECTED")
                 append(self._connected(frame))
             elif command == "ERROR":
-                connecting = self.state is SessionState.CONNECTING
+                connecting = self._state is SessionState.CONNECTING
+                if not connecting and self._error_keeps_session(frame[1]):
+                    self._move("<ERROR kept")
+                    append(ErrorReceived(self._server_error(frame, connecting), ends_session=False))
+                    continue
                 self._move("<ERROR")
                 append(ErrorReceived(self._server_error(frame, connecting)))
                 return  # the connection ends here: later frames are ignored
@@ -734,6 +769,16 @@ class StompProtocol:
         self.session = headers.get("session")
         self.heart_beat = negotiate_heart_beat(self.requested_heart_beat, headers.get("heart-beat"))
         return Connected(version, self.server, self.session, self.heart_beat, frame.headers)
+
+    def _error_keeps_session(self, headers: Mapping[str, str]) -> bool:
+        """Whether the broker that sent this ERROR keeps the session after it (ERRORS_THAT_KEEP_THE_SESSION)."""
+        server = self.server
+        if not server:
+            return False
+        for prefix, keeps in ERRORS_THAT_KEEP_THE_SESSION.items():
+            if server.startswith(prefix):
+                return bool(keeps(headers))
+        return False
 
     @staticmethod
     def _server_error(frame: Frame, connecting: bool) -> ServerError:

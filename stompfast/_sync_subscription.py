@@ -229,8 +229,10 @@ class Subscription:
         Without ``receipt`` or ``transaction`` the ACK is queued with the client's
         other receipt-less frames and written by the loop in order (no wait); a
         message from an ended connection, or an ``auto`` subscription's, is
-        refused here at once.
+        refused here at once. A second ack or nack of one message raises
+        :class:`~stompfast.AlreadySettledError`, before anything is sent.
         """
+        message.claim_settle("ACK")
         if not receipt and transaction is None:
             self._outbox.queue_ack(self._async, message, timeout)
             return
@@ -251,6 +253,7 @@ class Subscription:
         timeout: Optional[float] = None,
     ) -> None:
         """Refuse ``message`` (the broker redelivers or dead-letters it); cumulative in ``client`` mode."""
+        message.claim_settle("NACK")
         self._loop.call(
             functools.partial(
                 self._async.nack_message, message, transaction=transaction, receipt=receipt

@@ -9,6 +9,7 @@ working in code that does not know about stompfast::
     ├── ConfigurationError (ValueError)        bad argument, URL or option
     ├── ProtocolError                          abstract: a rule of STOMP was broken
     │   ├── LocalProtocolError                 ... by us (we refused to send it)
+    │   │   └── AlreadySettledError            a second ack/nack of one message
     │   └── RemoteProtocolError                ... by the peer (malformed bytes)
     │       └── LimitExceededError             a frame passed a configured limit
     ├── StompConnectionError (ConnectionError)
@@ -37,6 +38,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional, Sequence
 
 __all__ = [
+    "AlreadySettledError",
     "AuthenticationError",
     "ClientClosedError",
     "ConfigurationError",
@@ -99,6 +101,21 @@ class ProtocolError(StompError):
 
 class LocalProtocolError(ProtocolError):
     """We were asked to send something STOMP cannot express (nothing was sent)."""
+
+
+class AlreadySettledError(LocalProtocolError):
+    """A message was acked or nacked a second time; nothing was sent.
+
+    A broker refuses a second settle of one delivery in its own way: RabbitMQ
+    closes the connection (``PRECONDITION_FAILED - unknown delivery tag``), so
+    the client refuses it first. In ``client`` mode an ACK of a message that a
+    later message's ACK already covered is not a second settle (it is a no-op).
+
+    Attributes:
+        message_id: the message's ``message-id``.
+        settled: ``"ACK"`` or ``"NACK"``, what the first call asked for (whatever
+            became of it).
+    """
 
 
 class RemoteProtocolError(ProtocolError):

@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from stompfast import (
+    AlreadySettledError,
     AsyncClient,
     AuthenticationError,
     ClientClosedError,
@@ -480,6 +481,28 @@ async def test_client_mode_acks_are_cumulative():
                 await msgs[4].ack(receipt=True)
                 assert broker.stats.frames_in.get("ACK", 0) == before + 1
                 assert broker.unacked("/queue/a") == 0
+
+
+async def test_a_message_is_settled_once_whichever_way_it_is_acked():
+    # A second ack or nack of one message is refused before anything is sent, through
+    # each door: message.ack/nack, client.ack/nack and a transaction's ack.
+    async with Broker() as broker:
+        async with make(broker) as c:
+            async with c.subscribe("/queue/a", ack="client-individual") as sub:
+                for body in (b"a", b"b", b"c"):
+                    broker.publish("/queue/a", body)
+                a, b, m = await next_message(sub), await next_message(sub), await next_message(sub)
+                await a.ack(receipt=True)
+                await c.nack(b, receipt=True)
+                async with c.transaction() as tx:
+                    await tx.ack(m)
+                sent = dict(broker.stats.frames_in)
+                for second in (a.ack, a.nack, b.ack, lambda: c.ack(b), lambda: c.nack(m)):
+                    with pytest.raises(AlreadySettledError):
+                        await second()
+                assert (a.settled, b.settled, m.settled) == ("ACK", "NACK", "ACK")
+                assert dict(broker.stats.frames_in) == sent
+                assert c.error is None
 
 
 async def test_unacked_messages_come_back_after_the_consumer_leaves():

@@ -26,6 +26,7 @@ TREE = {
     "ConfigurationError": (("StompError",), (ValueError,)),
     "ProtocolError": (("StompError",), ()),
     "LocalProtocolError": (("ProtocolError",), ()),
+    "AlreadySettledError": (("LocalProtocolError",), ()),
     "RemoteProtocolError": (("ProtocolError",), ()),
     "LimitExceededError": (("RemoteProtocolError",), ()),
     "StompConnectionError": (("StompError",), (ConnectionError,)),

@@ -686,3 +686,66 @@ def test_encode_send_is_refused_outside_a_session():
     p = StompProtocol()
     with pytest.raises(LocalProtocolError):
         p.encode_send("/q", b"x", None, None, "t1")
+
+
+# -- ERRORs after which the broker keeps the session ------------------------------------------
+
+
+def _connected_to(server: str) -> StompProtocol:
+    p = StompProtocol(heart_beat=(0, 0))
+    p.connect()
+    p.receive_data(encode_frame("CONNECTED", {"version": "1.2", "server": server, "heart-beat": "0,0"}))
+    p.subscribe("/q")
+    return p
+
+
+@pytest.mark.parametrize(
+    "server, headers, kept",
+    [
+        ("RabbitMQ/3.10.8", {"message": "Subscription not found"}, True),
+        ("RabbitMQ/3.10.8", {"message": "Unknown destination"}, False),
+        ("RabbitMQ/3.10.8", {"message": "Invalid header", "receipt-id": "r1"}, False),
+        ("ActiveMQ/5.17.2", {"message": "Invalid transaction id: t", "receipt-id": "r1"}, True),
+        ("ActiveMQ/5.17.2", {"message": "Unexpected ACK received for message-id [x]"}, False),
+        ("ActiveMQ/5.17.2", {"message": "Subscription not found"}, False),
+        ("test/1", {"message": "Subscription not found", "receipt-id": "r1"}, False),
+        ("", {"message": "Subscription not found"}, False),
+    ],
+    ids=["rabbitmq-subscription-not-found", "rabbitmq-other", "rabbitmq-receipt-is-not-enough",
+         "activemq-with-receipt", "activemq-without-receipt", "activemq-rabbitmq-message", "other-broker",
+         "no-server-header"],
+)
+def test_which_errors_keep_the_session(server, headers, kept):
+    p = _connected_to(server)
+    after = encode_frame("MESSAGE", {"subscription": "1", "message-id": "8", "destination": "/q"}, b"after")
+    events = p.receive_data(encode_frame("ERROR", headers, b"details") + after)
+    assert type(events[0]) is ErrorReceived and type(events[0].error) is ServerError
+    assert events[0].ends_session is not kept
+    if kept:
+        # the session goes on: the frame after the ERROR is delivered, calls are accepted
+        assert p.state is SessionState.CONNECTED
+        assert [type(e) for e in events] == [ErrorReceived, Message] and events[1].body == b"after"
+        assert p.send("/q", b"x")[0].startswith(b"SEND\n")
+        assert "ends_session=False" in repr(events[0])
+    else:
+        assert p.state is SessionState.FAILED and len(events) == 1
+        with pytest.raises(LocalProtocolError):
+            p.send("/q", b"x")
+
+
+def test_an_error_while_disconnecting_may_keep_the_session_until_the_receipt():
+    p = _connected_to("RabbitMQ/3.10.8")
+    _, rid = p.disconnect()
+    events = p.receive_data(
+        encode_frame("ERROR", {"message": "Subscription not found"}) + encode_frame("RECEIPT", {"receipt-id": rid})
+    )
+    assert [type(e) for e in events] == [ErrorReceived, ReceiptReceived]
+    assert p.state is SessionState.CLOSED
+
+
+def test_an_error_answering_connect_always_ends_the_session():
+    p = StompProtocol()
+    p.connect()
+    (event,) = p.receive_data(encode_frame("ERROR", {"message": "Subscription not found", "receipt-id": "r"}))
+    assert type(event.error) is AuthenticationError and event.ends_session
+    assert p.state is SessionState.FAILED
