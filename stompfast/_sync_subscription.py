@@ -232,7 +232,10 @@ class Subscription:
         refused here at once. A second ack or nack of one message raises
         :class:`~stompfast.AlreadySettledError`, before anything is sent.
         """
-        message.claim_settle("ACK")
+        # claim_settle inlined (this runs once per message): it raises when settled
+        if message.settled is not None:
+            message.claim_settle("ACK")
+        message.settled = "ACK"
         if not receipt and transaction is None:
             self._outbox.queue_ack(self._async, message, timeout)
             return
