@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from hostile import Conn, HostileServer
 from stompfast import cli
 from stompfast._config import parse_url
 from stompfast._protocol import Message
@@ -410,6 +411,25 @@ def test_refused_connection_exits_1() -> None:
         run("send", "--url", f"stomp://127.0.0.1:{port}/", "/queue/a", "x"), cli.EXIT_FAILURE
     )
     assert f"127.0.0.1:{port}" in line
+
+
+@pytest.mark.parametrize("command", ["send", "listen"])
+@pytest.mark.parametrize("answer,quote", [
+    (b"AMQP\x00\x00\x09\x01", r"b'AMQP\x00\x00\t\x01'"),
+    (b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+     r"b'HTTP/1.1 400 Bad Request\r\n'..."),
+], ids=["amqp", "http"])
+def test_a_port_that_is_not_stomp_is_named_in_one_line(command: str, answer: bytes, quote: str) -> None:
+    def handler(conn: Conn) -> None:
+        conn.sock.settimeout(5)
+        conn.sock.recv(65536)
+        conn.send_raw(answer)
+
+    with HostileServer(handler) as server:
+        args = [command, "--url", f"stomp://guest:s3cret-pass@127.0.0.1:{server.port}/", "/queue/a"]
+        line = assert_one_line_error(run(*args, *(["x"] if command == "send" else [])), cli.EXIT_FAILURE)
+    assert line == (f"stompfast: error: the server at 127.0.0.1:{server.port} does not speak STOMP"
+                    f" (it answered {quote}): is this the broker's STOMP port?")
 
 
 @pytest.mark.stomp_broker(users={"app": "right-pass-1"})
