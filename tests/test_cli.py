@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from brokerenv import broker_url
 from hostile import Conn, HostileServer
 from stompfast import cli
 from stompfast._config import parse_url
@@ -450,10 +451,7 @@ def test_passcodes_are_masked_and_flags_win(stomp_broker_thread) -> None:
 
 # -- real brokers ---------------------------------------------------------------------------------
 
-REAL_BROKERS = {
-    "rabbitmq": os.environ.get("STOMPFAST_RABBITMQ_URL", "stomp://guest:guest@127.0.0.1:61613/"),
-    "activemq": os.environ.get("STOMPFAST_ACTIVEMQ_URL", "stomp://guest:guest@127.0.0.1:61614/"),
-}
+REAL_BROKERS = {name: broker_url(name) for name in ("rabbitmq", "activemq")}
 
 
 def _real_broker(name: str) -> str:
