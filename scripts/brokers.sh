@@ -5,14 +5,16 @@
 #   scripts/brokers.sh start   [rabbitmq|activemq|all]  install what is missing, start, wait for STOMP
 #   scripts/brokers.sh stop    [activemq|rabbitmq|all]  see "What stop does" below
 #   scripts/brokers.sh restart [rabbitmq|activemq|all]  quick bounce (for tests that kill a broker mid-test)
-#   scripts/brokers.sh status                           readiness of each broker; exit 0 only if all ready
+#   scripts/brokers.sh status  [rabbitmq|activemq|all]  readiness of each broker; exit 0 only if all ready
 #   scripts/brokers.sh env                              `export STOMPFAST_..._URL=...` lines, for eval
 #   scripts/brokers.sh logs    [rabbitmq|activemq]      tail of the broker's log
 #
 #   eval "$(scripts/brokers.sh env)"   # then run the integration tests
 #
 # Readiness means a STOMP CONNECT (accept-version:1.2, host:/, guest/guest) on the port is answered
-# by a CONNECTED frame, not merely an open TCP port. `start` and `restart` wait for it up to
+# by a CONNECTED frame, not merely an open TCP port; ActiveMQ is ready only when both its ports are.
+# A broker this script did not start that answers on both ActiveMQ ports is reused; one that answers
+# on only one of them is not: `start` exits 1 and `status` says NOT READY, with the same explanation. `start` and `restart` wait for it up to
 # STOMPFAST_BROKERS_TIMEOUT seconds and exit non-zero (with the tail of the broker's log) otherwise.
 # Everything listens on 127.0.0.1 only.
 #
@@ -602,10 +604,11 @@ amq_start() {
                 "$(amq_url)" "$(amq_nio_url)" "$(since "$t0")"
             return 0
         fi
+        # Half a broker (STOMP on one port only) is neither reused nor fought over:
+        # `status` calls it NOT READY with the same words.
+        if reason=$(amq_one_port ""); then die "$reason"; fi
         for port in "$AMQ_PORT" "$AMQ_NIO_PORT"; do
-            if reason=$(stomp_probe "$port" 2); then
-                die "something not started by this script answers STOMP on $HOST:$port but not on both ports; stop it or set STOMPFAST_ACTIVEMQ_PORT/STOMPFAST_ACTIVEMQ_NIO_PORT"
-            elif [[ $reason != "TCP connect failed"* ]]; then
+            if ! reason=$(stomp_probe "$port" 2) && [[ $reason != "TCP connect failed"* ]]; then
                 die "$HOST:$port is already in use ($reason); set STOMPFAST_ACTIVEMQ_PORT/STOMPFAST_ACTIVEMQ_NIO_PORT"
             fi
         done
@@ -673,17 +676,38 @@ amq_stop() {
     echo "activemq stopped (pid $pid)  $(since "$t0")s"
 }
 
+# amq_one_port PID: when STOMP answers on exactly one of ActiveMQ's two ports, print why that is
+# not a usable broker (the words `start` dies with and `status` shows) and succeed; else fail.
+# PID is the instance this script started, if any (then it may still be opening the other port).
+amq_one_port() {
+    local pid=$1 up="" down="" reason
+    if stomp_probe "$AMQ_PORT" 2 >/dev/null; then up=$AMQ_PORT; else down=$AMQ_PORT; fi
+    if reason=$(stomp_probe "$AMQ_NIO_PORT" 2); then up+=${up:+ }$AMQ_NIO_PORT
+    else down+=${down:+ }$AMQ_NIO_PORT; fi
+    [ -n "$up" ] && [ -n "$down" ] || return 1
+    [ "$down" = "$AMQ_NIO_PORT" ] || reason=$(stomp_probe "$down" 2 || true)
+    if [ -n "$pid" ]; then
+        echo "STOMP answers on $HOST:$up but not on $HOST:$down ($reason): the ActiveMQ this script started (pid $pid) is still opening it, or lost it (see: $0 logs activemq)"
+    else
+        echo "something not started by this script answers STOMP on $HOST:$up but not on $HOST:$down ($reason): half a broker is not reused (the tests need both ports); stop it or set STOMPFAST_ACTIVEMQ_PORT/STOMPFAST_ACTIVEMQ_NIO_PORT"
+    fi
+}
+
 amq_status() {
-    local pid msg r=0 own
+    local pid msg nio_msg r=0 own
     pid=$(amq_pid)
     own=${pid:+pid $pid}
-    if msg=$(stomp_probe "$AMQ_PORT" 3); then
-        printf 'activemq ready      %s' "$(amq_url)"
-    else
+    if msg=$(amq_one_port "$pid"); then
         printf 'activemq NOT READY  %s: %s' "$(amq_url)" "$msg"; r=1
+    else
+        if msg=$(stomp_probe "$AMQ_PORT" 3); then
+            printf 'activemq ready      %s' "$(amq_url)"
+        else
+            printf 'activemq NOT READY  %s: %s' "$(amq_url)" "$msg"; r=1
+        fi
+        if nio_msg=$(stomp_probe "$AMQ_NIO_PORT" 3); then printf '  (stomp+nio ready %s)' "$(amq_nio_url)"
+        else printf '  (stomp+nio NOT READY: %s)' "$nio_msg"; r=1; fi
     fi
-    if msg=$(stomp_probe "$AMQ_NIO_PORT" 3); then printf '  (stomp+nio ready %s)' "$(amq_nio_url)"
-    else printf '  (stomp+nio NOT READY: %s)' "$msg"; r=1; fi
     printf '  [%s]\n' "${own:-not started by this script}"
     return $r
 }
@@ -740,10 +764,10 @@ case $cmd in
             case $b in rabbitmq) rabbit_restart ;; activemq) amq_stop >/dev/null; amq_start ;; esac
         done ;;
     status)
-        [ $# -eq 0 ] || die "status takes no broker argument"
         rc=0
-        rabbit_status || rc=3
-        amq_status || rc=3
+        for b in $(targets "${1:-all}" rabbitmq activemq); do
+            case $b in rabbitmq) rabbit_status || rc=3 ;; activemq) amq_status || rc=3 ;; esac
+        done
         exit $rc ;;
     env)
         print_env ;;

@@ -27,9 +27,48 @@ from ._stats import Counters
 from ._receipt import PendingReceipt
 from ._subscription import Inlet
 from ._transport import READ_SIZE, StompTransport, WebSocketSpec, open_transport
-from .errors import ConnectError, ConnectionLostError, ConnectTimeout, StompError, TLSError
+from .errors import (
+    ConnectError,
+    ConnectionLostError,
+    ConnectTimeout,
+    NotStompError,
+    RemoteProtocolError,
+    StompError,
+    TLSError,
+)
 
 __all__ = ["Link"]
+
+#: how a server's answer to CONNECT may begin (after heart-beat EOLs)
+_ANSWERS = (b"CONNECTED\n", b"CONNECTED\r\n", b"ERROR\n", b"ERROR\r\n")
+#: how many of the first bytes received are kept to judge (and quote) an answer
+_HEAD = 64
+
+
+def could_be_stomp(head: bytes) -> bool:
+    """False when ``head``, the first bytes a server sent, cannot begin its answer to CONNECT.
+
+    A STOMP server answers with CONNECTED or ERROR, after heart-beat EOLs at most;
+    an AMQP or HTTP port, a banner or a TLS record already differ in the first bytes,
+    so there is no need to wait for a frame (which may never end) to tell.
+    """
+    start = head.lstrip(b"\r\n")
+    return any(start[: len(answer)] == answer[: len(start)] for answer in _ANSWERS)
+
+
+def not_stomp(endpoint: Endpoint, head: bytes) -> NotStompError:
+    """The error for a server that answered CONNECT with ``head``, quoted short and escaped."""
+    # The first line says what the service is ("HTTP/1.1 400 ...", "AMQP..."); the
+    # repr of bytes escapes everything unprintable, so the quote is safe in a log line.
+    shown = head.lstrip(b"\r\n")
+    end = shown.find(b"\n")
+    cut = min(end + 1 if end >= 0 else len(shown), 40)
+    quote = repr(shown[:cut]) + ("..." if cut < len(shown) else "")
+    return NotStompError(
+        f"the server at {endpoint.host}:{endpoint.port} does not speak STOMP (it answered {quote}):"
+        " is this the broker's STOMP port?",
+        host=endpoint.host, port=endpoint.port, received=bytes(head),
+    )
 
 
 class Link(Counters):
@@ -209,11 +248,14 @@ class Link(Counters):
     async def _await_connected(
         self, transport: Any, protocol: StompProtocol, endpoint: Endpoint, frames: Optional[FrameLog]
     ) -> List[Any]:
+        head = b""  # the first bytes received, to judge and quote a server that is not STOMP
         while True:
             data = await transport.receive(READ_SIZE)
             if frames is not None:
                 frames.feed("<", data)
             self._n_bytes_in += len(data)
+            if len(head) < _HEAD:
+                head += data[: _HEAD - len(head)]
             if not data:
                 hint = "is this a STOMP port?"
                 if self._tls(endpoint) and not protocol.buffered:
@@ -227,7 +269,18 @@ class Link(Counters):
                     f"{endpoint.host}:{endpoint.port} answered with TLS: it is a TLS port"
                     " (use a stomp+ssl:// URL or ssl=True)"
                 )
-            events = protocol.receive_data(data)
+            if not could_be_stomp(head):
+                raise not_stomp(endpoint, head)
+            try:
+                events = protocol.receive_data(data)
+            except RemoteProtocolError as exc:
+                # A fault of the scanner (it has an offset) or a frame other than CONNECTED
+                # or ERROR: no STOMP server answers CONNECT so. A CONNECTED the session
+                # refuses (a version not offered, a bad heart-beat) comes from a STOMP
+                # server and keeps its own, more precise, error.
+                if exc.offset is None and head.lstrip(b"\r\n").startswith(b"CONNECTED"):
+                    raise
+                raise not_stomp(endpoint, head) from exc
             for i, event in enumerate(events):
                 if isinstance(event, Connected):
                     self._n_frames_in += 1  # (the rest are dispatched, and counted, with the session's)

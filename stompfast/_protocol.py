@@ -143,6 +143,12 @@ _ALLOWED: Dict[SessionState, FrozenSet[str]] = {
 _SEND_HEADS_MAX = 1024
 
 
+def check_destination(destination: Any) -> None:
+    """Refuse a destination that is not a ``str``: encoded, ``5`` would go out as ``destination:5``."""
+    if not isinstance(destination, str):
+        raise TypeError(f"destination must be a str, not {type(destination).__name__}")
+
+
 def _escape_12(value: str) -> str:
     """A header value escaped by STOMP 1.2's rules (backslash first, so added ones stay single)."""
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace(":", "\\c")
@@ -376,7 +382,11 @@ class StompProtocol:
             # The common SEND: its head is encoded once per destination and content
             # type; the same bytes encode_frame would build, in the same order
             # (destination, content-type, receipt, content-length).
-            head = self._send_heads.get((destination, content_type))
+            try:
+                head = self._send_heads.get((destination, content_type))
+            except TypeError:  # unhashable: not a str either
+                check_destination(destination)
+                raise
             if head is None:
                 head = self._send_head(destination, content_type)
             receipt_id = None
@@ -391,6 +401,7 @@ class StompProtocol:
                     self._length_line = b"content-length:%d\n\n" % n
                 return b"".join((head, self._length_line, body, b"\0")), receipt_id
             return head + b"\n\0", receipt_id
+        check_destination(destination)
         h: Dict[str, Any] = {"destination": destination}
         if content_type is not None:
             h["content-type"] = content_type
@@ -410,6 +421,7 @@ class StompProtocol:
         refused by the call that asked for it. Any thread; the session's state is
         not checked (a queued send may wait for a reconnect).
         """
+        check_destination(destination)
         h: Dict[str, Any] = {"destination": destination}
         if content_type is not None:
             h["content-type"] = content_type
@@ -434,6 +446,7 @@ class StompProtocol:
         """
         if "SEND" not in self._allowed:
             self._check("SEND")
+        check_destination(destination)
         h: Dict[str, Any] = {"destination": destination}
         if content_type is not None:
             h["content-type"] = content_type
@@ -452,7 +465,11 @@ class StompProtocol:
         """
         if "SEND" not in self._allowed:
             self._check("SEND")
-        head = self._plain_heads.get(destination)
+        try:
+            head = self._plain_heads.get(destination)
+        except TypeError:  # unhashable: not a str either
+            check_destination(destination)
+            raise
         if head is None:
             head = self._send_head(destination, None)
         n = len(body)
@@ -464,6 +481,7 @@ class StompProtocol:
         return head + b"\n\0"
 
     def _send_head(self, destination: str, content_type: Optional[str]) -> bytes:
+        check_destination(destination)  # (here, on a cache miss only: the hot path pays nothing)
         h = {"destination": destination}
         if content_type is not None:
             h["content-type"] = content_type
@@ -487,6 +505,7 @@ class StompProtocol:
     ) -> Tuple[bytes, str, Optional[str]]:
         """A SUBSCRIBE frame; returns ``(bytes, subscription_id, receipt_id or None)``."""
         self._check("SUBSCRIBE")
+        check_destination(destination)
         if ack not in ACK_MODES:
             raise ConfigurationError(f"ack must be one of {', '.join(ACK_MODES)}, not {ack!r}")
         if ack == "client-individual" and self.version == "1.0":

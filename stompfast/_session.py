@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Set, Union
 import anyio
 
 from ._common import body_bytes, log
-from ._protocol import Message, SessionState, StompProtocol
+from ._protocol import Message, SessionState, StompProtocol, check_destination
 from ._stats import Counters
 from ._receipt import PendingReceipt
 from ._subscription import DEFAULT_BUFFER_SIZE, AsyncSubscription, Inlet, LiveSession, SubscriptionOps
@@ -95,6 +95,7 @@ class Session(Counters):
                 (errors such as a refused destination surface there).
             id: the subscription id (default: a counter).
         """
+        check_destination(destination)  # refused by this call, not when the block is entered
         headers = dict(headers) if headers else None
         return AsyncSubscription(self._ops(), destination, ack, headers, buffer_size, receipt, id)
 

@@ -15,7 +15,8 @@ working in code that does not know about stompfast::
     ├── StompConnectionError (ConnectionError)
     │   ├── ConnectError                       could not open or negotiate a session
     │   │   ├── ConnectTimeout (+TimeoutError) no connection or no CONNECTED in time
-    │   │   └── TLSError                       the TLS handshake failed (certificate, host name)
+    │   │   ├── TLSError                       the TLS handshake failed (certificate, host name)
+    │   │   └── NotStompError                  the server answered CONNECT with something not STOMP
     │   └── ConnectionLostError                an established session ended
     │       └── HeartbeatTimeout (+TimeoutError)   the peer fell silent
     ├── ServerError                            the broker sent an ERROR frame
@@ -49,6 +50,7 @@ __all__ = [
     "HeartbeatTimeout",
     "LimitExceededError",
     "LocalProtocolError",
+    "NotStompError",
     "ProtocolError",
     "ReceiptTimeout",
     "ReceiveTimeout",
@@ -172,6 +174,27 @@ class TLSError(ConnectError):
 
     reason: Optional[str] = None
     verify_message: Optional[str] = None
+
+
+class NotStompError(ConnectError):
+    """The server answered CONNECT with bytes that are not STOMP: the URL names another service's port.
+
+    Raised instead of a :class:`RemoteProtocolError` when what came before the
+    session was up cannot start a CONNECTED or ERROR frame (an AMQP or HTTP
+    greeting, a banner), broke STOMP's framing, or was a frame other than
+    CONNECTED or ERROR. A wrong port does not fix itself: like an
+    :class:`AuthenticationError`, it ends the first connect, and during a
+    reconnect it is a ``connect_failed`` event (the next broker is tried).
+
+    Attributes:
+        host: the host connected to.
+        port: the port connected to.
+        received: the first bytes the server sent (at most 64).
+    """
+
+    host: str = ""
+    port: int = 0
+    received: bytes = b""
 
 
 class ConnectionLostError(StompConnectionError):

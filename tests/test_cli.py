@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from brokerenv import broker_url
+from hostile import Conn, HostileServer
 from stompfast import cli
 from stompfast._config import parse_url
 from stompfast._protocol import Message
@@ -412,6 +414,25 @@ def test_refused_connection_exits_1() -> None:
     assert f"127.0.0.1:{port}" in line
 
 
+@pytest.mark.parametrize("command", ["send", "listen"])
+@pytest.mark.parametrize("answer,quote", [
+    (b"AMQP\x00\x00\x09\x01", r"b'AMQP\x00\x00\t\x01'"),
+    (b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+     r"b'HTTP/1.1 400 Bad Request\r\n'..."),
+], ids=["amqp", "http"])
+def test_a_port_that_is_not_stomp_is_named_in_one_line(command: str, answer: bytes, quote: str) -> None:
+    def handler(conn: Conn) -> None:
+        conn.sock.settimeout(5)
+        conn.sock.recv(65536)
+        conn.send_raw(answer)
+
+    with HostileServer(handler) as server:
+        args = [command, "--url", f"stomp://guest:s3cret-pass@127.0.0.1:{server.port}/", "/queue/a"]
+        line = assert_one_line_error(run(*args, *(["x"] if command == "send" else [])), cli.EXIT_FAILURE)
+    assert line == (f"stompfast: error: the server at 127.0.0.1:{server.port} does not speak STOMP"
+                    f" (it answered {quote}): is this the broker's STOMP port?")
+
+
 @pytest.mark.stomp_broker(users={"app": "right-pass-1"})
 def test_passcodes_are_masked_and_flags_win(stomp_broker_thread) -> None:
     broker = stomp_broker_thread
@@ -430,10 +451,7 @@ def test_passcodes_are_masked_and_flags_win(stomp_broker_thread) -> None:
 
 # -- real brokers ---------------------------------------------------------------------------------
 
-REAL_BROKERS = {
-    "rabbitmq": os.environ.get("STOMPFAST_RABBITMQ_URL", "stomp://guest:guest@127.0.0.1:61613/"),
-    "activemq": os.environ.get("STOMPFAST_ACTIVEMQ_URL", "stomp://guest:guest@127.0.0.1:61614/"),
-}
+REAL_BROKERS = {name: broker_url(name) for name in ("rabbitmq", "activemq")}
 
 
 def _real_broker(name: str) -> str:
@@ -469,6 +487,14 @@ def test_round_trip_real_broker(name: str) -> None:
 
 
 @pytest.mark.integration
+def test_wrong_vhost_real_rabbitmq_masks_the_url_as_a_wrong_password_does() -> None:
+    ep = parse_url(_real_broker("rabbitmq"))
+    url = f"stomp://guest:guest@{ep.host}:{ep.port}/no-such-vhost-{uuid.uuid4().hex[:6]}"
+    line = assert_one_line_error(run("send", "--url", url, unique_queue(), "x"), cli.EXIT_FAILURE)
+    assert "access denied" in line and f"stomp://guest:***@{ep.host}:{ep.port}/no-such-vhost" in line, line
+
+
+@pytest.mark.integration
 def test_wrong_password_real_rabbitmq() -> None:
     ep = parse_url(_real_broker("rabbitmq"))
     url = f"stomp://guest:Wr0ng-S3cret@{ep.host}:{ep.port}/"
@@ -487,6 +513,24 @@ def test_mask() -> None:
     assert cli.mask("at stomp://bob:***@h:1/ for bob@example.com") == "at stomp://bob:***@h:1/ for bob@example.com"
     assert cli.mask("denied: hunter2x", ["hunter2x", None, ""]) == "denied: ***"
     assert cli.mask("see the message", ["e"]) == "see the message"  # too short to mask outside URLs
+
+
+def test_a_login_equal_to_the_passcode_is_masked_like_any_login() -> None:
+    # guest/guest: the URL shows as guest:***@ as with any other passcode; elsewhere the secret is hidden
+    line = "the broker at stomp://guest:***@h:1/novhost refused: user guest, vhost novhost"
+    assert cli.mask(line, ["guest"]) == "the broker at stomp://guest:***@h:1/novhost refused: user ***, vhost novhost"
+    assert cli.mask(line, ["wrong-pass"]) == line
+    assert cli.mask("at stomp://guest:guest@h:1/", ["guest"]) == "at stomp://***@h:1/"  # as written: all hidden
+
+
+@pytest.mark.stomp_broker(users={"guest": "right-pass-1"})
+def test_a_refused_url_is_masked_alike_whatever_the_passcode(stomp_broker_thread) -> None:
+    port = stomp_broker_thread.port
+    for passcode in ("wrong-pass", "guest"):  # the second is the same string as the login
+        line = assert_one_line_error(
+            run("send", "--url", f"stomp://guest:{passcode}@127.0.0.1:{port}/", "/queue/a", "x"), cli.EXIT_FAILURE)
+        assert f"the broker at stomp://guest:***@127.0.0.1:{port}/ refused the session" in line, line
+        assert "wrong-pass" not in line
     assert cli.display_url("h", 1, "bob", "s3cr3t", "/") == "stomp://bob:***@h:1/"
     assert cli.display_url("::1", 1, None, None, "vh") == "stomp://[::1]:1/vh"
 

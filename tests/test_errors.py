@@ -38,6 +38,7 @@ TREE = {
     "StompTimeout": (("StompError",), (TimeoutError,)),
     "ConnectTimeout": (("ConnectError", "StompTimeout"), ()),
     "TLSError": (("ConnectError",), ()),
+    "NotStompError": (("ConnectError",), ()),
     "ReceiptTimeout": (("StompTimeout",), ()),
     "ReceiveTimeout": (("StompTimeout",), ()),
     "ClientClosedError": (("StompError",), (RuntimeError,)),

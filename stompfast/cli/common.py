@@ -44,7 +44,9 @@ def mask(text: str, secrets: Sequence[str | None] = ()) -> str:
     URLs as written, even ones too broken to parse): every word with an ``@``
     after a ``//`` or a ``:`` has its userinfo replaced by ``***``. Secrets
     shorter than 3 characters are masked only inside URLs (replacing every ``e``
-    of a message would make it unreadable and protect nothing).
+    of a message would make it unreadable and protect nothing). The login of a
+    URL shown as ``login:***@`` stays, even when it is the same string as a
+    passcode, so every URL is masked alike.
     """
     from .._config import redact_url
 
@@ -54,9 +56,17 @@ def mask(text: str, secrets: Sequence[str | None] = ()) -> str:
         return redact_url(word) if at > 0 and ("//" in word or ":" in word[:at]) else word
 
     text = re.sub(r"\S+", redact, text)
+    # The login of a URL already masked as ``login:***@`` is kept even when it is
+    # the same string as a passcode (guest/guest): every URL shows as
+    # ``stomp://login:***@``, not sometimes as ``stomp://***:***@``.
+    pieces = _MASKED_USERINFO.split(text)
     for secret in sorted({s for s in secrets if s and len(s) >= 3}, key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
+        pieces[::2] = [piece.replace(secret, "***") for piece in pieces[::2]]
+    return "".join(pieces)
+
+
+#: a URL's userinfo as masked (``//login:***@``), captured so that re.split keeps it at the odd indices
+_MASKED_USERINFO = re.compile(r"(//[^\s:/@]*:\*\*\*@)")
 
 
 def display_url(

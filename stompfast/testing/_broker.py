@@ -54,8 +54,10 @@ frame is admitted only while the total is below the limit, the total never
 exceeds the limit by more than one message (one transaction for a COMMIT). With
 ``when_full="error"`` such a frame is refused instead with
 ``ERROR message:Memory limit reached`` and the connection closes (ActiveMQ's
-``sendFailIfNoSpace``). SENDs held in an open transaction and
-:meth:`Broker.publish` are not limited.
+``sendFailIfNoSpace``). SENDs held in an open transaction are not limited
+until their COMMIT. :meth:`Broker.publish` is admitted by the same rule as a
+SEND, but it never waits: on a full broker it raises ``RuntimeError`` and stores
+nothing, whatever ``when_full`` says.
 
 A delivery to a ``client`` or ``client-individual`` subscription stays unacked
 until ACK or NACK. When the subscription ends (UNSUBSCRIBE, DISCONNECT, ERROR,
@@ -674,6 +676,13 @@ class Broker(RunsInThread):
                 headers: Optional[Mapping[str, str]] = None) -> None:
         """Route a message as if a client had sent it (``str`` bodies are UTF-8 encoded).
 
+        It counts against ``max_bytes`` like a SEND, and is admitted by the same
+        rule: while the stored messages count below the limit. On a full broker it
+        does not wait (it may run in the broker's own event loop, where waiting
+        would hold the consumers that make room): it raises ``RuntimeError`` and
+        stores nothing, with either ``when_full``. Consume messages, then publish
+        again.
+
         Raises ``ValueError`` for a destination the broker does not serve.
         """
         if isinstance(body, str):
@@ -681,6 +690,11 @@ class Broker(RunsInThread):
         self._call(self._publish, destination, bytes(body), dict(headers or {}))
 
     def _publish(self, destination: str, body: bytes, headers: Dict[str, str]) -> None:
+        if self._full():
+            raise RuntimeError(
+                f"Memory limit reached: the broker holds {self._stored} bytes of messages, its limit is"
+                f" {self.max_bytes} (max_bytes): consume messages, then publish again"
+            )
         try:
             self._route(destination, [(k, v) for k, v in headers.items() if k not in _NOT_COPIED], body)
         except _Violation:

@@ -1,8 +1,10 @@
 """Real brokers on loopback: RabbitMQ (rabbitmq_stomp) and ActiveMQ Classic.
 
 ``scripts/brokers.sh start`` starts both (``.ci/run`` does); the URLs come from
-``STOMPFAST_RABBITMQ_URL`` and ``STOMPFAST_ACTIVEMQ_URL`` (defaults: guest/guest on
-127.0.0.1:61613 and :61614). A broker that does not answer is a test *error* when
+``STOMPFAST_RABBITMQ_URL`` and ``STOMPFAST_ACTIVEMQ_URL``, or, when those are not set,
+from the ports the script takes (``STOMPFAST_RABBITMQ_PORT``, ``STOMPFAST_ACTIVEMQ_PORT``;
+defaults 61613 and 61614, guest/guest on 127.0.0.1); a URL that names another port
+than its port variable is an error (tests/brokerenv.py). A broker that does not answer is a test *error* when
 ``STOMPFAST_REQUIRE_BROKERS=1`` (CI sets it: an interoperability claim must never
 pass by skipping) and a skip otherwise (a developer machine without brokers).
 """
@@ -16,12 +18,10 @@ from typing import Dict
 
 import pytest
 
+from brokerenv import broker_url
 from stompfast._config import parse_url
 
-BROKERS: Dict[str, str] = {
-    "rabbitmq": os.environ.get("STOMPFAST_RABBITMQ_URL", "stomp://guest:guest@127.0.0.1:61613/"),
-    "activemq": os.environ.get("STOMPFAST_ACTIVEMQ_URL", "stomp://guest:guest@127.0.0.1:61614/"),
-}
+BROKERS: Dict[str, str] = {name: broker_url(name) for name in ("rabbitmq", "activemq")}
 _answers: Dict[str, bool] = {}
 
 

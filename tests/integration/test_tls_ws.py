@@ -18,6 +18,7 @@ from typing import Dict, Optional
 import anyio
 import pytest
 
+from brokerenv import broker_url
 from stompfast import AsyncClient, ConnectError, ConnectionLostError, Message, TLSError
 from stompfast._config import parse_url
 
@@ -33,11 +34,16 @@ def _require(message: str) -> None:
     pytest.skip(message)
 
 
+#: URL variables derived from brokers.sh's port variables when not set (tests/brokerenv.py)
+_DERIVED = {"STOMPFAST_RABBITMQ_TLS_URL": "rabbitmq_tls", "STOMPFAST_RABBITMQ_WS_URL": "rabbitmq_ws"}
+
+
 def _env(*names: str) -> Dict[str, str]:
-    missing = [n for n in names if not os.environ.get(n)]
+    found = {n: broker_url(_DERIVED[n]) if n in _DERIVED else os.environ.get(n, "") for n in names}
+    missing = [n for n, value in found.items() if not value]
     if missing:
         _require(f"{', '.join(missing)} not set (eval \"$(scripts/brokers.sh env)\")")
-    return {n: os.environ[n] for n in names}
+    return found
 
 
 def _tls_problem(url: str, cafile: str) -> Optional[str]:

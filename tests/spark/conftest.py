@@ -19,9 +19,11 @@ from typing import Any, Iterator, Optional
 
 import pytest
 
+from brokerenv import broker_url
+
 REQUIRE = os.environ.get("STOMPFAST_REQUIRE_SPARK") == "1"
-RABBITMQ_URL = os.environ.get("STOMPFAST_RABBITMQ_URL", "stomp://guest:guest@127.0.0.1:61613/")
-ACTIVEMQ_URL = os.environ.get("STOMPFAST_ACTIVEMQ_URL", "stomp://guest:guest@127.0.0.1:61614/")
+RABBITMQ_URL = broker_url("rabbitmq")
+ACTIVEMQ_URL = broker_url("activemq")
 
 LOG4J2 = """\
 rootLogger.level = error

@@ -179,6 +179,30 @@ async def test_a_commit_waits_for_room_and_held_sends_are_not_counted(stomp_brok
         assert broker.queue_depth(QUEUE) == 1
 
 
+@pytest.mark.parametrize("when_full", ["block", "error"])
+async def test_publish_is_admitted_like_a_send_and_refused_when_full(anyio_backend, when_full):
+    async with Broker(max_bytes=LIMIT, when_full=when_full) as broker:
+        for i in range(ADMITTED):
+            broker.publish(QUEUE, body(i))
+        with pytest.raises(RuntimeError, match=f"Memory limit reached: .* its limit is {LIMIT} "):
+            broker.publish(QUEUE, body(ADMITTED))
+        stats = broker.stats
+        assert stats.stored_messages == ADMITTED == broker.queue_depth(QUEUE)
+        assert LIMIT <= stats.stored_bytes == ADMITTED * SIZE < LIMIT + SIZE
+        assert broker.purge(QUEUE) == ADMITTED
+        broker.publish(QUEUE, body(0))  # room again: accepted
+        assert broker.queue_depth(QUEUE) == 1
+
+
+def test_publish_from_another_thread_is_refused_when_full() -> None:
+    with Broker.in_thread(max_bytes=LIMIT) as broker:
+        for i in range(ADMITTED):
+            broker.publish(QUEUE, body(i))
+        with pytest.raises(RuntimeError, match="Memory limit reached"):
+            broker.publish(QUEUE, body(ADMITTED))
+        assert broker.queue_depth(QUEUE) == ADMITTED
+
+
 async def test_every_way_out_releases_what_a_message_counted(anyio_backend):
     """ACK (client, client-individual), NACK (drop), auto delivery, purge, ended topic subscriptions."""
     async with Broker(nack="drop") as broker:

@@ -1,0 +1,92 @@
+"""scripts/brokers.sh against a STOMP server it did not start, on non-default ports only.
+
+A tiny loopback server answers CONNECTED on one of the two ActiveMQ ports given to the
+script (STOMPFAST_ACTIVEMQ_PORT / STOMPFAST_ACTIVEMQ_NIO_PORT, both free ports, never the
+defaults), nothing listens on the other: `start activemq` must refuse it and `status
+activemq` must call it NOT READY, with the same explanation. The brokers already running
+on the default ports are not touched (their ports are never named; the brokers directory
+is a temporary one, so no instance of this checkout is looked at either).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+from typing import Dict, Iterator, Tuple
+
+import pytest
+
+from hostile import Conn, HostileServer
+
+pytestmark = [pytest.mark.timeout(120)]
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "brokers.sh")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def answers_connected(conn: Conn) -> None:
+    conn.connected()
+    conn.sock.settimeout(10)
+    while conn.sock.recv(65536):
+        pass
+
+
+@pytest.fixture(params=["stomp", "stomp+nio"])
+def half_broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tuple[int, int, Dict[str, str]]]:
+    """(the port that answers STOMP, the one nothing listens on, the script's environment)."""
+    if not os.path.exists("/usr/share/activemq/bin/activemq.jar"):
+        pytest.skip("the activemq package is not installed: `start` would install it")
+    with HostileServer(answers_connected) as server:
+        answering, silent = server.port, free_port()
+        ports = (answering, silent) if request.param == "stomp" else (silent, answering)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STOMPFAST_")}
+        env.update(STOMPFAST_ACTIVEMQ_PORT=str(ports[0]), STOMPFAST_ACTIVEMQ_NIO_PORT=str(ports[1]),
+                   STOMPFAST_BROKERS_DIR=str(tmp_path / "brokers"), STOMPFAST_BROKERS_TIMEOUT="5")
+        try:
+            yield answering, silent, env
+        finally:
+            # Only if the script started an ActiveMQ after all (a regression): stop that one, by its pid.
+            pidfile = tmp_path / "brokers" / "activemq" / "activemq.pid"
+            if pidfile.exists():
+                try:
+                    os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)
+                except (ValueError, ProcessLookupError):
+                    pass
+
+
+def script(env: Dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", SCRIPT, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_start_and_status_agree_on_a_broker_that_answers_on_one_port_only(half_broker) -> None:
+    answering, silent, env = half_broker
+    why = (f"something not started by this script answers STOMP on 127.0.0.1:{answering}"
+           f" but not on 127.0.0.1:{silent} (TCP connect failed")
+    start = script(env, "start", "activemq")
+    assert start.returncode == 1, start
+    assert why in start.stderr and "half a broker is not reused" in start.stderr, start.stderr
+    status = script(env, "status", "activemq")
+    assert status.returncode == 3, status
+    main = env["STOMPFAST_ACTIVEMQ_PORT"]
+    assert status.stdout.startswith(f"activemq NOT READY  stomp://guest:guest@127.0.0.1:{main}/: {why}"), status.stdout
+    assert "ready " not in status.stdout.replace("NOT READY", "")
+    assert not (Path(env["STOMPFAST_BROKERS_DIR"]) / "activemq" / "activemq.pid").exists()
+
+
+def test_status_of_a_broker_on_both_ports_is_ready(tmp_path: Path) -> None:
+    with HostileServer(answers_connected) as one, HostileServer(answers_connected) as two:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STOMPFAST_")}
+        env.update(STOMPFAST_ACTIVEMQ_PORT=str(one.port), STOMPFAST_ACTIVEMQ_NIO_PORT=str(two.port),
+                   STOMPFAST_BROKERS_DIR=str(tmp_path / "brokers"))
+        status = script(env, "status", "activemq")
+    assert status.returncode == 0, status
+    assert status.stdout.startswith(f"activemq ready      stomp://guest:guest@127.0.0.1:{one.port}/"), status.stdout
+    assert f"(stomp+nio ready stomp://guest:guest@127.0.0.1:{two.port}/)" in status.stdout
