@@ -68,7 +68,10 @@ clients' own metrics (client_stats: frames, bytes, acks, receipts, losses, summe
 every connection); --stats also shows them on the live line and as a block on stderr
 at the end. Exit 0 when every message
 arrived exactly once and nothing failed; 1 when messages were lost or duplicated or
-errors happened (the verdict says which); 2 for usage errors.
+errors happened (the verdict says which); 2 for usage errors. Ctrl-C or SIGTERM stop
+the run and print the partial result measured so far, marked as such (exit 130 / 143).
+Closed-loop latency includes queueing behind the producers' backlog (use --rate to
+measure at a set load). On RabbitMQ the run's own queue is auto-delete: nothing is left.
 
 examples:
   stompfast bench                                      # 100,000 messages or 10 s, in-process broker
