@@ -773,6 +773,114 @@ def test_the_broker_command_stopped_by_sigterm_exits_143() -> None:
     assert proc.returncode == cli.EXIT_TERMINATED and b"broker stopped: terminated (SIGTERM)" in err
 
 
+# -- stdout's reader leaving early (| head -1) -------------------------------------------------------
+
+
+def _listen_until_the_reader_leaves(url: str, queue: str, *extra: str) -> tuple[int, bytes, bytes]:
+    """``python -m stompfast listen`` into a pipe whose reader takes one line and closes it.
+
+    The queue holds far more than a pipe's buffer (64 KiB on Linux), so the command is
+    still writing when the read end closes, and its next write fails with EPIPE.
+    """
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stompfast", "listen", "--url", url, queue, *extra],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    try:
+        err = proc.stderr.read()
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    return proc.returncode, first, err
+
+
+def test_listen_whose_reader_leaves_exits_141_quietly(stomp_broker_thread) -> None:
+    broker, queue = stomp_broker_thread, unique_queue()
+    body = "m" * 1024
+    for _ in range(300):
+        broker.publish(queue, body)
+    code, first, err = _listen_until_the_reader_leaves(broker.url, queue, "-q")
+    assert first == body.encode() + b"\n"
+    # 141 as `yes | head -1` gives, and nothing on stderr: no error line, no traceback,
+    # no "Exception ignored ... BrokenPipeError" from the interpreter's final flush
+    assert (code, err) == (cli.EXIT_BROKEN_PIPE, b"")
+    broker.wait_for_blocking(lambda: broker.connections == 0)
+    # the message whose write failed was not acknowledged: it is still the broker's
+    assert broker.queue_depth(queue) + broker.unacked(queue) >= 1
+
+
+def test_listen_whose_reader_leaves_prints_only_its_status_line(stomp_broker_thread) -> None:
+    broker, queue = stomp_broker_thread, unique_queue()
+    for _ in range(300):
+        broker.publish(queue, "j" * 1024)
+    code, first, err = _listen_until_the_reader_leaves(broker.url, queue, "--json")
+    assert code == cli.EXIT_BROKEN_PIPE and json.loads(first)["destination"] == queue
+    assert err.decode().splitlines() == [line for line in err.decode().splitlines() if line.startswith("listening on ")]
+
+
+@pytest.mark.integration
+def test_listen_whose_reader_leaves_exits_141_real_rabbitmq() -> None:
+    url, queue = _real_broker("rabbitmq"), unique_queue()
+    assert run("send", "--url", url, queue, "r" * 1024, "--count", "300", "-q").returncode == 0
+    try:
+        code, first, err = _listen_until_the_reader_leaves(url, queue, "-q")
+        assert first == b"r" * 1024 + b"\n"
+        assert (code, err) == (cli.EXIT_BROKEN_PIPE, b"")
+    finally:
+        # drain what is left, so the broker keeps no backlog of this test
+        run("listen", "--url", url, queue, "--timeout", "1", "--ack", "auto", "-q")
+
+
+@pytest.mark.parametrize("command", ["send", "bench"])
+def test_send_and_bench_whose_stdout_is_closed_exit_141_quietly(stomp_broker_thread, command: str) -> None:
+    # their output comes at the end: a reader that already left makes the one write fail
+    args = (["send", "--url", stomp_broker_thread.url, unique_queue(), "x", "--json"] if command == "send"
+            else ["bench", "--count", "200", "--json"])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stompfast", *args, "-q"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err) == (cli.EXIT_BROKEN_PIPE, b"")
+
+
+def test_a_broken_pipe_is_found_inside_exception_groups() -> None:
+    from stompfast.cli import is_broken_pipe
+
+    groups = cli._exception_groups()
+    assert groups, "no exception group class found"
+    for group in groups:
+        nested = group("outer", [group("inner", [ValueError("x"), BrokenPipeError(32, "Broken pipe")])])
+        assert is_broken_pipe(nested)
+        assert is_broken_pipe(group("with a cancelled sibling", [KeyboardInterrupt(), BrokenPipeError()]))
+        assert not is_broken_pipe(group("other", [ConnectionResetError(), OSError(5, "Input/output error")]))
+    assert is_broken_pipe(BrokenPipeError()) and not is_broken_pipe(OSError("other"))
+
+
+@pytest.mark.anyio
+async def test_a_broken_pipe_raised_in_a_task_group_is_recognised() -> None:
+    # what anyio raises on this backend and Python (the builtin group, or the
+    # exceptiongroup backport's on 3.9/3.10): the case listen hit under `| head -1`
+    import anyio
+
+    from stompfast.cli import is_broken_pipe
+
+    async def write() -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    with pytest.raises(BaseException) as caught:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.sleep_forever)
+            tg.start_soon(write)
+    assert not isinstance(caught.value, BrokenPipeError)  # it came wrapped: the point of the test
+    assert is_broken_pipe(caught.value)
+
+
 def test_every_flag_of_every_command_is_in_the_docs() -> None:
     # docs/cli.md (bench: docs/loadgen.md) must name each option as it is written
     import argparse as _argparse

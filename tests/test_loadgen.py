@@ -400,3 +400,116 @@ def test_inlined_histogram_index_matches_hdrhistogram() -> None:
     for p in (0, 1, 50, 90, 99, 99.9, 99.99, 100):
         assert folded.get_value_at_percentile(p) == reference.get_value_at_percentile(p)
     assert folded.get_max_value() == reference.get_max_value()
+
+
+# -- stopping early, and what latency means --------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_stopped_run_returns_what_it_measured() -> None:
+    stop = anyio.Event()
+
+    def progress(p: loadgen.Progress) -> None:
+        if p.received >= 3000:
+            stop.set()
+
+    result = await run_load(LoadConfig(count=100_000_000, buffer_size=100), progress, stop=stop)
+    c = result.counts
+    assert result.interrupted == "stopped" and not result.ok
+    assert result.problems[0].startswith("interrupted after ") and "partial result" in result.problems[0]
+    assert 3000 <= c["received"] == c["distinct"] <= c["sent"] < 100_000_000
+    assert c["duplicates"] == c["errors"] == 0 and c["missing"] == c["sent"] - c["received"]
+    assert result.latency_us is not None and result.latency_us["count"] == c["received"]
+    assert result.to_dict()["interrupted"] == "stopped"
+
+
+@pytest.mark.anyio
+async def test_a_run_stopped_before_the_load_started_measured_nothing() -> None:
+    stop = anyio.Event()
+    stop.set()
+    with pytest.raises(loadgen.LoadInterrupted):
+        await run_load(LoadConfig(count=N), stop=stop)
+
+
+def _popen_bench(*args: str, new_session: bool = False) -> subprocess.Popen:
+    """``stompfast bench ARGS`` in the background, able to receive Ctrl-C (see test_cli.popen)."""
+    import signal
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STOMPFAST_")}
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored:  # a child would inherit the ignored SIGINT and never see Ctrl-C
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(
+            [_executable(), "bench", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, env=env, start_new_session=new_session,
+        )
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _wait_until_running(proc: subprocess.Popen) -> list:
+    """The stderr lines up to the first progress line that shows messages received."""
+    assert proc.stderr is not None
+    lines = []
+    while True:
+        line = proc.stderr.readline().decode()
+        assert line, f"bench ended before it ran: {lines}"
+        lines.append(line)
+        if " s  sent " in line and "received 0 " not in line:
+            return lines
+
+
+@pytest.mark.parametrize("signame,code,as_json", [
+    ("SIGINT", cli.EXIT_INTERRUPTED, False),
+    ("SIGTERM", cli.EXIT_TERMINATED, True),
+])
+def test_bench_stopped_by_a_signal_prints_its_partial_result(signame: str, code: int, as_json: bool) -> None:
+    import signal
+
+    proc = _popen_bench("--count", "100000000", *(["--json"] if as_json else []))
+    _wait_until_running(proc)
+    proc.send_signal(getattr(signal, signame))
+    out, err = proc.communicate(timeout=60)
+    word = "interrupted (Ctrl-C)" if signame == "SIGINT" else "terminated (SIGTERM)"
+    assert proc.returncode == code, err
+    assert b"Traceback" not in err
+    assert f"stompfast bench: {word} after ".encode() in err and b"partial result" in err
+    if as_json:
+        doc = json.loads(out)
+        assert doc["interrupted"] == word and doc["ok"] is False
+        assert 0 < doc["counts"]["received"] <= doc["counts"]["sent"] < 100_000_000
+    else:
+        text = out.decode()
+        assert text.startswith(f"stompfast bench [{word}: partial result]: ")
+        assert "INTERRUPTED" in text and "received" in text
+
+
+def test_bench_over_two_processes_interrupted_by_ctrl_c_still_counts() -> None:
+    # Ctrl-C reaches the whole process group: the workers must leave the stop to the
+    # coordinator and report what they counted, not die of it
+    import signal
+
+    proc = _popen_bench("--count", "100000000", "--processes", "2", "--json", new_session=True)
+    _wait_until_running(proc)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == cli.EXIT_INTERRUPTED, err
+    doc = json.loads(out)
+    assert doc["interrupted"] == "interrupted (Ctrl-C)" and doc["counts"]["errors"] == 0
+    assert 0 < doc["counts"]["received"] <= doc["counts"]["sent"]
+
+
+def test_closed_loop_latency_is_labelled_as_including_the_backlog() -> None:
+    from stompfast.loadgen.command import _table_rows
+
+    closed = loadgen.run(LoadConfig(count=N))
+    doc = closed.to_dict()
+    assert doc["loop"] == "closed" and "backlog" in doc["latency_note"]
+    rows = dict(_table_rows(closed))
+    assert "latency" not in rows and "latency (closed loop)" in rows
+    assert any("backlog" in value for name, value in _table_rows(closed) if name == "")
+    opened = loadgen.run(LoadConfig(count=500, rate=5000))
+    assert opened.to_dict()["loop"] == "open" and "backlog" not in opened.latency_note
+    assert "latency" in dict(_table_rows(opened))

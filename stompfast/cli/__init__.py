@@ -21,7 +21,9 @@ so pipelines stay clean.
 Failures never show a traceback (``--debug`` does): ``main`` turns each into one
 line on stderr and an exit code: 2 for usage and configuration errors, 1 for
 failures at run time (refused connection, authentication, timeouts, ERROR
-frames, files), 130 for Ctrl-C. Passcodes are masked in everything printed.
+frames, files), 130 for Ctrl-C, 143 for SIGTERM, and 141 (quietly, as SIGPIPE would) when
+stdout's reader went away (``listen ... | head -1``), even when the BrokenPipeError
+arrives inside an exception group. Passcodes are masked in everything printed.
 
 ``rich`` (the ``cli`` extra) is optional: when it is installed and stderr is a
 terminal, status lines are styled and ``listen`` shows a live counter while its
@@ -32,6 +34,7 @@ output goes to a file or a pipe; without it the same text is printed plainly.
 from __future__ import annotations
 
 import argparse
+import builtins
 import importlib
 import os
 import sys
@@ -91,7 +94,8 @@ COMMANDS: list[str] = [
 MAIN_EPILOG = f"""\
 exit codes: 0 done; 1 failed at run time (connection refused, authentication,
 timeout, ERROR from the broker, files); 2 usage or configuration error (bad option,
-bad URL); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM: docker stop, systemd).
+bad URL); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM: docker stop, systemd);
+141 stdout closed by its reader (e.g. | head -1).
 A stopped send or listen closes its connection cleanly (DISCONNECT) and says what it did.
 
 examples:
@@ -132,6 +136,48 @@ def _leaf(exc: BaseException) -> BaseException:
             exc = inner[0]
         else:
             return exc
+
+
+def _exception_groups() -> tuple[type[BaseException], ...]:
+    """The exception group classes of this Python: the builtin one (3.11+), the backport's (anyio's on 3.9/3.10)."""
+    groups: list[type[BaseException]] = []
+    builtin = getattr(builtins, "BaseExceptionGroup", None)
+    if builtin is not None:
+        groups.append(builtin)
+    try:
+        backport = getattr(importlib.import_module("exceptiongroup"), "BaseExceptionGroup", None)
+    except ImportError:  # 3.11+ without the backport installed: the builtin is all there is
+        backport = None
+    if backport is not None and backport not in groups:
+        groups.append(backport)
+    return tuple(groups)
+
+
+def is_broken_pipe(exc: BaseException) -> bool:
+    """True when ``exc`` is a BrokenPipeError, or an exception group holding one at any depth.
+
+    Once stdout's reader has left, whatever else the group holds (a cancelled sibling, a
+    failed DISCONNECT) followed from it: a shell tool would have died of SIGPIPE there.
+    """
+    if isinstance(exc, BrokenPipeError):
+        return True
+    if isinstance(exc, _exception_groups()):
+        return any(is_broken_pipe(inner) for inner in getattr(exc, "exceptions", ()))
+    return False
+
+
+def _left_by_reader() -> int:
+    """Stop quietly because stdout's reader left (e.g. ``| head -1``): exit 141, as SIGPIPE would."""
+    # Point stdout at /dev/null: the interpreter flushes sys.stdout once more at exit, and
+    # what is still in its buffer would otherwise fail again and print "Exception ignored
+    # ... BrokenPipeError" on stderr.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return EXIT_BROKEN_PIPE
 
 
 def describe_error(exc: BaseException, url: str | None = None, cafile: str | None = None) -> tuple[int, str]:
@@ -192,17 +238,13 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     try:
         code: int = args.run(args, ctx)  # (argparse's attributes are Any)
         return code
-    except BrokenPipeError:
-        # stdout's reader left (e.g. `| head -1`): stop quietly; point stdout at
-        # /dev/null so that the interpreter's final flush does not complain
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
-        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BaseException as group:
+        # A write to stdout raised inside a task group (listen's, run_stoppable's)
+        # arrives wrapped in an exception group, so it is looked for inside groups too.
+        if is_broken_pipe(group):
+            return _left_by_reader()
         exc = _leaf(group)
         if isinstance(exc, KeyboardInterrupt):
             return EXIT_INTERRUPTED

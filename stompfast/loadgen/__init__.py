@@ -80,6 +80,7 @@ from .config import (
     H_TS as H_TS,
     H_WARMUP as H_WARMUP,
     LoadConfig,
+    LoadInterrupted,
     LoadResult,
     Progress,
     is_fanout,
@@ -100,6 +101,7 @@ from .plot import write_plot
 
 __all__ = [
     "LoadConfig",
+    "LoadInterrupted",
     "LoadResult",
     "Progress",
     "add_bench_command",

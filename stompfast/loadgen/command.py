@@ -11,8 +11,11 @@ import importlib
 import importlib.util
 import math
 import os
+import signal
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import anyio
 
 from ..cli.common import (
     CONNECTION_HELP,
@@ -23,6 +26,7 @@ from ..cli.common import (
     TRACE_FROM_ENV,
     Failure,
     Status,
+    Stopped,
     UsageError,
     add_common_options,
     add_connection_options,
@@ -40,8 +44,8 @@ from ..cli.common import (
     trace_setup,
 )
 from ..errors import ConfigurationError
-from .config import ACK_MODES, LoadConfig, LoadResult, Progress
-from .coordinator import run
+from .config import ACK_MODES, LoadConfig, LoadInterrupted, LoadResult, Progress
+from .coordinator import run_load
 from .histogram import histogram_class
 from .plot import PLOT_HINT, write_plot
 
@@ -64,7 +68,10 @@ clients' own metrics (client_stats: frames, bytes, acks, receipts, losses, summe
 every connection); --stats also shows them on the live line and as a block on stderr
 at the end. Exit 0 when every message
 arrived exactly once and nothing failed; 1 when messages were lost or duplicated or
-errors happened (the verdict says which); 2 for usage errors.
+errors happened (the verdict says which); 2 for usage errors. Ctrl-C or SIGTERM stop
+the run and print the partial result measured so far, marked as such (exit 130 / 143).
+Closed-loop latency includes queueing behind the producers' backlog (use --rate to
+measure at a set load). On RabbitMQ the run's own queue is auto-delete: nothing is left.
 
 examples:
   stompfast bench                                      # 100,000 messages or 10 s, in-process broker
@@ -244,15 +251,27 @@ def _table_rows(result: LoadResult) -> List[Tuple[str, str]]:
         ("duplicates / missing", f"{_fmt(c['duplicates'])} / {_fmt(c['missing'])}"),
         ("errors", _fmt(c["errors"])),
     ]
+    if result.interrupted:
+        rows.insert(0, ("INTERRUPTED", f"{result.interrupted} after {result.elapsed:.1f} s: the counts, rates and"
+                        " latency are those measured until then"))
     if c["unexpected"]:
         rows.append(("unexpected", _fmt(c["unexpected"])))
     if c["warmup_sent"]:
         rows.append(("warm-up (excluded)", f"{_fmt(c['warmup_sent'])} sent, {_fmt(c['warmup_received'])} received"))
     if lat:
-        rows.append(("latency", "  ".join(f"{k} {_ms(lat[k])}" for k in ("p50", "p90", "p99", "p99.9", "max"))))
+        text = "  ".join(f"{k} {_ms(lat[k])}" for k in ("p50", "p90", "p99", "p99.9", "max"))
+        if result.loop == "closed":
+            # as fast as possible: the producers outrun the consumers, and each message
+            # waits behind the backlog; a reader must not take that for the broker's speed
+            rows.append(("latency (closed loop)", text))
+            rows.append(("", "includes queueing behind the producers' backlog; --rate R measures at a set load"))
+        else:
+            rows.append(("latency", text))
     if result.send_lag_us:
         lag = result.send_lag_us
         rows.append(("send lag (behind schedule)", "  ".join(f"{k} {_ms(lag[k])}" for k in ("p50", "p99", "max"))))
+    if result.broker.get("cleanup"):
+        rows.append(("run's queue", result.broker["cleanup"]))
     return rows
 
 
@@ -378,12 +397,27 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
             printed[0] = p.elapsed
             print(_progress_line(p, live_stats), file=sys.stderr, flush=True)
 
+    caught: List[int] = []
     with status.live(lambda: _progress_line(latest[0], live_stats), to_stdout=False):
-        result = run(config, on_progress, backend=backend, backend_options=backend_options)
+        try:
+            result = anyio.run(_run_stoppable, config, on_progress, caught, backend=backend,
+                               backend_options=backend_options)
+        except LoadInterrupted:
+            result = None
+    stopped = Stopped(caught[0]) if caught else None
+    if result is None:  # stopped before the load started, or a second signal: nothing to report
+        assert stopped is not None
+        status.info(f"stompfast bench: {stopped.name} before a result: nothing was measured", "yellow")
+        return stopped.code
+    if stopped is not None:
+        result.interrupted = stopped.name
+    title = "stompfast bench: " + _describe(config, result.broker["destinations"])
+    if result.interrupted:
+        title = f"stompfast bench [{result.interrupted}: partial result]: " + title[len("stompfast bench: "):]
     if args.json:
         print(json.dumps(_masked(result.to_dict(), conn.secrets), indent=2, allow_nan=False), flush=True)
     else:
-        _print_table(result, "stompfast bench: " + _describe(config, result.broker["destinations"]))
+        _print_table(result, title)
     if args.plot:
         try:
             write_plot(result, args.plot)
@@ -396,6 +430,14 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
         for line in stats_block(result.client_stats):
             status.info(line, force=True)
     c = result.counts
+    if stopped is not None:
+        status.info(
+            f"stompfast bench: {stopped.name} after {result.elapsed:.1f} s: partial result: {c['sent']:,} sent,"
+            f" {c['received']:,} received" + (f", {c['confirmed']:,} confirmed" if config.receipts else "")
+            + f", {c['errors']:,} errors; every connection was closed cleanly",
+            "yellow",
+        )
+        return stopped.code
     if result.ok:
         status.info(
             f"OK: {c['sent']:,} sent, {c['received']:,} received"
@@ -407,6 +449,41 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
     text = "; ".join(mask(p, conn.secrets) for p in result.problems)
     print(f"stompfast bench: FAILED: {one_line(text, 1000)}", file=sys.stderr, flush=True)
     return EXIT_FAILURE
+
+
+async def _run_stoppable(
+    config: LoadConfig, progress: Callable[[Progress], Any], caught: List[int],
+) -> Optional[LoadResult]:
+    """:func:`run_load`, where SIGINT (Ctrl-C) or SIGTERM ends the run early with a partial result.
+
+    The first signal sets ``run_load``'s ``stop``: the load stops, what arrived is
+    counted and every connection is closed (send and listen stop the same way). A
+    second one cancels at once (None). Each signal number goes into ``caught``. Where
+    signals cannot be received (Windows), Ctrl-C stays KeyboardInterrupt.
+    """
+    stop = anyio.Event()
+    try:
+        receiver = anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM)
+        signals = receiver.__enter__()
+    except (NotImplementedError, ValueError, RuntimeError):  # no signal handlers here
+        return await run_load(config, progress)
+    result: Optional[LoadResult] = None
+    try:
+        async with anyio.create_task_group() as tg:
+            async def watch() -> None:
+                async for signum in signals:
+                    caught.append(signum)
+                    if stop.is_set():
+                        tg.cancel_scope.cancel()
+                        return
+                    stop.set()
+
+            tg.start_soon(watch)
+            result = await run_load(config, progress, stop=stop)
+            tg.cancel_scope.cancel()
+    finally:
+        receiver.__exit__(None, None, None)
+    return result
 
 
 def _masked(data: Any, secrets: Sequence[str]) -> Any:

@@ -31,6 +31,44 @@ def is_fanout(destination: str) -> bool:
     return destination.startswith(_FANOUT_PREFIXES)
 
 
+#: RabbitMQ: the SEND and SUBSCRIBE headers that declare a run's own queue (no ``-d``).
+#: ``auto-delete``: RabbitMQ deletes the queue, with whatever it still holds, when its
+#: last consumer leaves; until then it buffers like any queue. Durable, as RabbitMQ's
+#: STOMP default: transient non-exclusive queues are deprecated and refused by default
+#: from RabbitMQ 4.3, and an exclusive one would serve its own connection only. Every
+#: SEND and SUBSCRIBE of the queue must carry the same properties (a declaration that
+#: differs is refused with PRECONDITION_FAILED).
+RABBITMQ_RUN_QUEUE_HEADERS = {"durable": "true", "auto-delete": "true"}
+
+
+def is_rabbitmq(server: Optional[str]) -> bool:
+    """True for the ``server`` header of RabbitMQ's CONNECTED (``RabbitMQ/3.10.8``)."""
+    return bool(server) and str(server).startswith("RabbitMQ/")
+
+
+def run_queue_headers(config: "LoadConfig", server: Optional[str]) -> Optional[Dict[str, str]]:
+    """The headers that make the run's own queue go away with the run, or None (``-d`` given, or not RabbitMQ)."""
+    if config.destinations or not is_rabbitmq(server):
+        return None  # a destination the user named is theirs: declared as the broker defaults it
+    return dict(RABBITMQ_RUN_QUEUE_HEADERS)
+
+
+class LoadInterrupted(Exception):
+    """The run was stopped (``run_load(stop=...)``) before the load started: nothing was measured."""
+
+
+#: What a closed-loop latency measures (``LoadResult.latency_note``, the JSON's ``latency_note``).
+CLOSED_LOOP_LATENCY = (
+    "closed loop: end-to-end time including the wait in the broker behind the producers' backlog"
+    " (queueing), not the broker's own delivery time; measure with --rate for latency at a given load"
+)
+#: ... and an open-loop one.
+OPEN_LOOP_LATENCY = (
+    "open loop: end-to-end time from each message's intended send time at the target rate"
+    " (a producer that falls behind schedule shows as latency)"
+)
+
+
 @dataclasses.dataclass
 class LoadConfig:
     """What to run. Every field has a default: ``LoadConfig()`` is the ``stompfast bench`` default.
@@ -194,7 +232,11 @@ class LoadResult:
     unexpected, errors, warmup_sent, warmup_received. ``rates``: messages/s and MB/s.
     ``latency_us`` and ``send_lag_us``: count, min, mean, stddev, p50, p90, p99, p99.9,
     p99.99, max (``send_lag_us`` in fixed-rate mode only: actual minus intended send
-    time). ``histogram``: the merged HdrHistogram of end-to-end latency (microseconds).
+    time); in a closed-loop run (no rate) latency includes the wait behind the producers'
+    backlog in the broker (``latency_note`` says so). ``interrupted``: None, or why the run
+    was stopped early (the numbers are then partial). ``broker["cleanup"]``: what became of
+    the run's own queue on a real broker (None with ``destinations`` given or in process).
+    ``histogram``: the merged HdrHistogram of end-to-end latency (microseconds).
     ``client_stats``: the clients' own metrics (``client.stats()``) summed over every
     connection of every worker, taken after they disconnected (:mod:`.clientstats`).
     """
@@ -216,6 +258,20 @@ class LoadResult:
     elapsed: float
     histogram: Any = dataclasses.field(default=None, repr=False)
     client_stats: Dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    #: None for a run that ended on its own; else why it was stopped early (``run_load(stop=...)``:
+    #: ``"stopped"``; ``stompfast bench``: ``"interrupted (Ctrl-C)"`` or ``"terminated (SIGTERM)"``).
+    #: The counts, rates and latency are then those measured until the stop.
+    interrupted: Optional[str] = None
+
+    @property
+    def loop(self) -> str:
+        """``"open"`` (a fixed ``rate``) or ``"closed"`` (as fast as possible)."""
+        return "open" if self.config.rate else "closed"
+
+    @property
+    def latency_note(self) -> str:
+        """What ``latency_us`` measures in this run's mode (closed loop: it includes the backlog)."""
+        return OPEN_LOOP_LATENCY if self.config.rate else CLOSED_LOOP_LATENCY
 
     def to_dict(self) -> Dict[str, Any]:
         """A JSON-ready dict (``schema: "stompfast.loadgen/1"``)."""
@@ -230,6 +286,9 @@ class LoadResult:
             "broker": dict(self.broker),
             "counts": dict(self.counts),
             "rates": dict(self.rates),
+            "interrupted": self.interrupted,
+            "loop": self.loop,
+            "latency_note": self.latency_note,
             "latency_us": self.latency_us,
             "send_lag_us": self.send_lag_us,
             "timeline": list(self.timeline),

@@ -14,7 +14,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 import anyio
 
 from .clientstats import merge_records
-from .config import LoadConfig, LoadResult, Progress, is_fanout
+from .config import LoadConfig, LoadInterrupted, LoadResult, Progress, is_fanout, is_rabbitmq, run_queue_headers
 from .histogram import histogram_class
 from .links import LocalLink, ProcessLink, WorkerView, current_backend, process_main
 from .merge import merge_results
@@ -23,18 +23,32 @@ from .timeline import Timeline
 from .worker import TICK, worker_main
 
 
-async def run_load(config: LoadConfig, progress: Optional[Callable[[Progress], Any]] = None) -> LoadResult:
+async def run_load(
+    config: LoadConfig, progress: Optional[Callable[[Progress], Any]] = None, *, stop: Optional[anyio.Event] = None,
+) -> LoadResult:
     """Run the load described by ``config`` and return its :class:`LoadResult`.
 
     With ``config.url`` None the in-process broker (:class:`stompfast.testing.Broker`)
     is started on a free loopback port in this event loop. Works on asyncio,
     asyncio+uvloop and trio; worker processes (``processes > 1``) run the caller's backend.
 
+    ``stop``: an :class:`anyio.Event`; setting it ends the run early, as Ctrl-C does
+    ``stompfast bench``: the producers and consumers stop at once, what arrived is
+    counted, every connection is closed, and the result (``interrupted="stopped"``) holds
+    what was measured until then.
+
+    On RabbitMQ the run's own queue (no ``destinations`` given) is declared auto-delete
+    (:data:`~stompfast.loadgen.config.RABBITMQ_RUN_QUEUE_HEADERS`), so it goes away with
+    its last consumer, backlog and all; at the end a last subscription makes sure of it
+    (with no consumers, or a producer that outlived them). ``broker["cleanup"]`` says
+    what became of it.
+
     Raises:
         ConfigurationError: an impossible configuration (before any I/O).
         ImportError: hdrhistogram is not installed (the message says how to install it).
         ConnectError, AuthenticationError, ServerError, ...: a connection could not be
             set up (errors *during* the run are counted in the result instead).
+        LoadInterrupted: ``stop`` was set before every connection was ready (nothing measured).
     """
     config.validate()
     histogram_class()
@@ -43,13 +57,13 @@ async def run_load(config: LoadConfig, progress: Optional[Callable[[Progress], A
         from ..testing import Broker
 
         async with Broker("127.0.0.1", 0, record=False) as broker:
-            return await _coordinate(config, broker.url, destinations, True, progress)
-    return await _coordinate(config, config.url, destinations, False, progress)
+            return await _coordinate(config, broker.url, destinations, True, progress, stop)
+    return await _coordinate(config, config.url, destinations, False, progress, stop)
 
 
 async def _coordinate(
     config: LoadConfig, url: str, destinations: List[str], in_process: bool,
-    progress: Optional[Callable[[Progress], Any]],
+    progress: Optional[Callable[[Progress], Any]], stop: Optional[anyio.Event] = None,
 ) -> LoadResult:
     run_id = uuid.uuid4().hex[:10]
     specs = plan_workers(config, url, destinations, run_id)
@@ -88,7 +102,7 @@ async def _coordinate(
                 processes.append(process)
                 views.append(WorkerView(spec, ProcessLink(process, parent)))
         try:
-            result = await _drive(config, views, destinations, progress)
+            result = await _drive(config, views, destinations, progress, stop)
         except Exception as exc:  # raised as it is below, not wrapped in an exception group
             error = exc
             tg.cancel_scope.cancel()
@@ -106,9 +120,54 @@ async def _coordinate(
                     if process.is_alive():
                         process.terminate()
                         await anyio.to_thread.run_sync(process.join, 5)
+    server = next((v.ready.get("server") for v in views if v.ready), None)
+    cleanup = None
+    if not in_process and not config.destinations:
+        cleanup = await _clean_up(config, url, destinations, server)
     if error is not None:
         raise error
-    return merge_results(config, views, destinations, result, url, in_process, backend_label, started_at)
+    merged = merge_results(config, views, destinations, result, url, in_process, backend_label, started_at)
+    merged.broker["cleanup"] = cleanup
+    if result.get("interrupted"):
+        merged.interrupted = "stopped"
+    return merged
+
+
+async def _clean_up(config: LoadConfig, url: str, destinations: List[str], server: Optional[str]) -> Optional[str]:
+    """Make sure the run's own queue on a real broker does not outlive the run; say what became of it.
+
+    On RabbitMQ it was declared auto-delete, so it went away when the run's last consumer
+    left. A queue that never had a consumer (``consumers=0``), or that a producer in another
+    process declared again after the consumers left (an interrupted run), would stay: one
+    more subscription, left at once, deletes it whatever it holds. Other brokers keep it.
+    """
+    (queue,) = destinations
+    if server is None:
+        return None  # nothing connected: nothing was declared
+    if not is_rabbitmq(server):
+        return (
+            f"{queue} is left on the broker ({server}): it keeps a queue until it is deleted (or, for ActiveMQ,"
+            " restarted or configured to drop inactive ones); a complete run leaves it empty, an interrupted"
+            " one with the messages not received"
+        )
+    from .._client import AsyncClient
+
+    kwargs: Dict[str, Any] = {"versions": config.versions} if config.versions else {}
+    client = AsyncClient(
+        url, login=config.login, passcode=config.passcode, virtual_host=config.virtual_host,
+        heart_beat=(0, 0), connect_timeout=config.connect_timeout, reconnect=False, **kwargs,
+    )
+    try:
+        with anyio.fail_after(max(10.0, config.connect_timeout + 5)):
+            async with client:
+                # client ack with one message of prefetch: the broker need not push its backlog here
+                async with client.subscribe(queue, ack="client", buffer_size=1,
+                                            headers=run_queue_headers(config, server)):
+                    pass
+    except Exception as exc:
+        return (f"{queue} may be left on the broker (deleting it failed: {type(exc).__name__}: {exc});"
+                f" rabbitmqctl delete_queue {queue.rpartition('/')[2]}")
+    return f"{queue} was auto-delete and is gone with whatever it held"
 
 
 def _receive(view: WorkerView, timeline: Timeline) -> None:
@@ -132,7 +191,7 @@ def _receive(view: WorkerView, timeline: Timeline) -> None:
 
 async def _drive(
     config: LoadConfig, views: List[WorkerView], destinations: List[str],
-    progress: Optional[Callable[[Progress], Any]],
+    progress: Optional[Callable[[Progress], Any]], stop: Optional[anyio.Event] = None,
 ) -> Dict[str, Any]:
     timeline = Timeline()
     state: Dict[str, Any] = {"timeline": timeline}
@@ -148,6 +207,8 @@ async def _drive(
                 raise RuntimeError(f"load generator worker {view.spec.worker} ended before it was ready")
         if time.monotonic() > deadline:
             raise TimeoutError("the load generator's workers did not get ready in time")
+        if stop is not None and stop.is_set():
+            raise LoadInterrupted("stopped while connecting and subscribing: nothing was measured")
         await anyio.sleep(0.005)
     # 2. go: a start time a little ahead, the same for every worker
     lead = 0.005 if len(views) == 1 and isinstance(views[0].link, LocalLink) else 0.05
@@ -169,6 +230,14 @@ async def _drive(
         await anyio.sleep(TICK / 2)
         for view in views:
             _receive(view, timeline)
+        if not stop_sent and stop is not None and stop.is_set():
+            # stopped from outside (Ctrl-C): no drain; what arrived so far is counted
+            for view in views:
+                view.link.send(("stop",))
+            stop_sent = True
+            stop_deadline = time.monotonic() + 60
+            state["stopped_wall"] = time.time_ns()
+            state["interrupted"] = True
         if stop_sent:
             if all(v.final is not None for v in views):
                 break

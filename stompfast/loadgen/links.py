@@ -92,6 +92,15 @@ class ProcessLink:
 
 def process_main(spec: WorkerSpec, conn: Any, backend: str, backend_options: Dict[str, Any]) -> None:
     """A worker process: run one worker on its own event loop."""
+    import signal
+
+    # The coordinator decides when a run stops: Ctrl-C reaches the whole process group,
+    # and a worker that died of it would lose its counts; it stops on the coordinator's
+    # "stop" and reports them instead. (SIGTERM stays: the coordinator's terminate().)
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except (OSError, ValueError):  # not settable here: the default stays
+        pass
     link = PipeLink(conn)
     try:
         anyio.run(worker_main, spec, link, backend=backend, backend_options=backend_options)

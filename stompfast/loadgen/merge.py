@@ -149,7 +149,12 @@ def merge_results(
         "warmup_received": sum(f["warmup_received"] for f in finals),
     }
     problems: List[str] = []
-    if missing:
+    if state.get("interrupted"):
+        problems.append(f"interrupted after {(state['stopped_wall'] - state['t0']) / 1e9:.1f} s: a partial result")
+    if missing and state.get("interrupted"):
+        # stopped at once, without a drain: these were in flight or queued in the broker
+        problems.append(f"{missing} of {expected} expected messages had not arrived when the run was stopped")
+    elif missing:
         how = "nothing arrived for" if state.get("drained") is False else "after"
         problems.append(f"{missing} of {expected} expected messages never arrived ({how} the"
                         f" {config.drain_timeout:g} s drain timeout)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import deque
-from typing import Any, Deque, Optional
+from typing import Any, Deque, Dict, Optional
 
 import anyio
 
@@ -34,13 +34,17 @@ class ProducerState:
         self.lag: Any = None
 
 
-async def send_all(ps: ProducerState, client: Any, t0: int, worker: WorkerSpec, rec: Optional[Recorder]) -> None:
+async def send_all(
+    ps: ProducerState, client: Any, t0: int, worker: WorkerSpec, rec: Optional[Recorder],
+    queue_headers: Optional[Dict[str, str]] = None,
+) -> None:
     """Send this producer's messages: the producers' hot path.
 
     Per message: a clock read, a header dict, ``client.send``. Everything else
     (counters, timeline, yields to the event loop) is done once per burst of up
     to ``_BURST`` messages; in open-loop mode a burst is what is due by now.
-    ``worker`` is the spec of the worker it runs in, ``rec`` that worker's recorder.
+    ``worker`` is the spec of the worker it runs in, ``rec`` that worker's recorder;
+    ``queue_headers`` declare the run's own queue as its consumers do (RabbitMQ: auto-delete).
     """
     config = worker.config
     spec = ps.spec
@@ -48,7 +52,7 @@ async def send_all(ps: ProducerState, client: Any, t0: int, worker: WorkerSpec, 
     destinations = worker.destinations
     nd = len(destinations)
     body = worker.body
-    extra = dict(config.headers) if config.headers else None
+    extra = {**(config.headers or {}), **(queue_headers or {})} or None
     key = spec.key
     quota = spec.quota if spec.quota is not None else sys.maxsize
     _, duration = config.limits()

@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import anyio
 
 from .clientstats import merge_records, stats_record
-from .config import H_PRODUCER, H_SEQ, H_TS, H_WARMUP, LoadConfig
+from .config import H_PRODUCER, H_SEQ, H_TS, H_WARMUP, LoadConfig, run_queue_headers
 from .histogram import COUNTS_LEN, HALF_COUNT, HALF_MAGNITUDE, SHIFT, SUB_MASK, new_histogram
 from .plan import WorkerSpec, group_name
 from .producer import ProducerState, send_all
@@ -52,6 +52,9 @@ class Worker:
         self.consumers_alive = 0
         self.stopping = False
         self.info: Dict[str, Any] = {}
+        #: RabbitMQ and the run's own queue: the headers that make it auto-delete, on every
+        #: SUBSCRIBE and SEND (set once the first CONNECTED named the broker)
+        self.queue_headers: Optional[Dict[str, str]] = None
         #: instruments each client made (``LoadConfig.trace``), or None: nothing on the send path either way
         self.instrument: Optional[Callable[[Any], Any]] = None  # set in run()
 
@@ -88,13 +91,15 @@ class Worker:
                     self.clients.append(client)
                     self.info.setdefault("server", client.server)
                     self.info.setdefault("version", client.version)
+                    self.queue_headers = run_queue_headers(self.config, self.info["server"])
                     for d, destination in enumerate(spec.destinations):
                         group = group_name(d, spec.fanout[d], c)
                         seen = self.groups.get(group)
                         if seen is None:
                             seen = self.groups[group] = {key: bytearray() for key in spec.all_producer_keys}
                         sub = await stack.enter_async_context(
-                            client.subscribe(destination, ack=self.config.ack, buffer_size=self.config.buffer_size)
+                            client.subscribe(destination, ack=self.config.ack, buffer_size=self.config.buffer_size,
+                                             headers=self.queue_headers)
                         )
                         self.subs.append((sub, SubState(group, seen)))
                 clients = []
@@ -103,6 +108,7 @@ class Worker:
                     self.clients.append(client)
                     self.info.setdefault("server", client.server)
                     self.info.setdefault("version", client.version)
+                    self.queue_headers = run_queue_headers(self.config, self.info["server"])
                     clients.append(client)
             except Exception as exc:
                 self.link.put(("fatal", exc))
@@ -329,7 +335,7 @@ class Worker:
 
     async def _produce(self, ps: ProducerState, client: Any, t0: int) -> None:
         try:
-            await send_all(ps, client, t0, self.spec, self.recorder)
+            await send_all(ps, client, t0, self.spec, self.recorder, self.queue_headers)
             with anyio.fail_after(max(30.0, self.config.drain_timeout)):
                 await client.aclose()  # DISCONNECT, confirmed: the broker has every frame before it
             if not ps.spec.rate and ps.measured:

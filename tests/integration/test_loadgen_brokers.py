@@ -103,3 +103,82 @@ def test_bench_command_against_rabbitmq(broker_url: str) -> None:
     assert doc["broker"]["server"].startswith("RabbitMQ")
     assert doc["counts"]["received"] == doc["counts"]["confirmed"] == 5000
     assert "guest:guest" not in done.stdout.decode()
+
+
+# -- the run's own queue does not outlive the run ------------------------------------------------
+
+
+def _rabbitmq_queues() -> dict:
+    """RabbitMQ's queues as ``{name: (messages, durable, auto_delete)}`` (rabbitmqctl), or skip."""
+    import shutil
+
+    ctl = shutil.which("rabbitmqctl")
+    if ctl is None:
+        pytest.skip("rabbitmqctl is not on PATH: cannot list RabbitMQ's queues")
+    done = subprocess.run([ctl, "-q", "list_queues", "name", "messages", "durable", "auto_delete"],
+                          capture_output=True, timeout=60, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"rabbitmqctl cannot list the queues here: {done.stderr.decode().strip()[:200]}")
+    queues = {}
+    for line in done.stdout.decode().splitlines():
+        parts = line.split("\t")
+        if len(parts) == 4 and parts[1].isdigit():
+            queues[parts[0]] = (int(parts[1]), parts[2] == "true", parts[3] == "true")
+    return queues
+
+
+def _bench(url: str, *args: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STOMPFAST_")}
+    env["STOMPFAST_URL"] = url
+    return subprocess.Popen(
+        [sys.executable, "-m", "stompfast", "bench", "--json", *args],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )
+
+
+@pytest.mark.parametrize("broker", ["rabbitmq"], indirect=True)
+@pytest.mark.parametrize("consumers", ["1", "0"])
+def test_bench_leaves_no_queue_on_rabbitmq(broker_url: str, consumers: str) -> None:
+    # consumers 0: an auto-delete queue that never had a consumer stays, so the end sweeps it
+    proc = _bench(broker_url, "--count", "2000", "--consumers", consumers, "-q")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()
+    doc = json.loads(out)
+    (queue,) = doc["broker"]["destinations"]
+    assert queue.rpartition("/")[2] not in _rabbitmq_queues()
+    assert "gone" in doc["broker"]["cleanup"]
+
+
+@pytest.mark.parametrize("broker", ["rabbitmq"], indirect=True)
+def test_an_interrupted_bench_leaves_no_queue_or_backlog_on_rabbitmq(broker_url: str) -> None:
+    import signal
+    import time
+
+    before = set(_rabbitmq_queues())
+    proc = _bench(broker_url, "--count", "100000000")
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the run's queue exists, auto-delete, with a backlog
+            mine = {n: q for n, q in _rabbitmq_queues().items() if n.startswith("stompfast-bench-") and n not in before}
+            if any(messages > 0 for messages, _, _ in mine.values()):
+                break
+            assert time.monotonic() < deadline and proc.poll() is None, "no backlog built up"
+            time.sleep(0.5)
+        ((name, (_, durable, auto_delete)),) = mine.items()
+        assert durable and auto_delete
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err.decode()
+    doc = json.loads(out)
+    assert doc["interrupted"] == "interrupted (Ctrl-C)" and doc["counts"]["received"] > 0
+    assert doc["broker"]["destinations"] == [f"/queue/{name}"]
+    assert name not in _rabbitmq_queues()
+
+
+@pytest.mark.parametrize("broker", ["activemq"], indirect=True)
+@pytest.mark.anyio
+async def test_the_run_says_what_it_leaves_on_activemq(broker_url: str) -> None:
+    result = await run_load(LoadConfig(url=broker_url, count=500))
+    (queue,) = result.broker["destinations"]
+    assert result.ok and f"{queue} is left on the broker" in result.broker["cleanup"]
