@@ -18,14 +18,15 @@
 # STOMPFAST_BROKERS_TIMEOUT seconds and exit non-zero (with the tail of the broker's log) otherwise.
 # Everything listens on 127.0.0.1 only.
 #
-# RabbitMQ (system package rabbitmq-server, normally running already; AMQP 5672, guest/guest):
+# RabbitMQ (Debian package rabbitmq-server; AMQP 5672, guest/guest):
 #   `start` starts the node if it is down (`rabbitmq-server -detached`), starts the rabbit app if it
 #   was stopped with `stop rabbitmq`, pins the STOMP and Web-STOMP listeners to 127.0.0.1 (set in the
 #   running node's application environment, persistent until the node stops; /etc is not touched),
 #   and enables the bundled plugins rabbitmq_stomp (STOMP, 61613) and rabbitmq_web_stomp (15674, /ws).
 #   If the plugins were already running on other listeners (enabled outside this script: they bind
 #   0.0.0.0), the first `start` disables and re-enables them once (about 10 s).
-#   If the package is missing it is installed with apt-get (untested path: it is preinstalled here).
+#   If the package is missing it is installed with apt-get (about 10 s; the package's own service is
+#   not started by its install here, so `start` then starts the node as above: about 20 s in all).
 #   STOMP over TLS on 127.0.0.1:61617: `start` (and `restart`) also make a throwaway CA and a server
 #   certificate for 127.0.0.1/localhost with openssl (once; EC P-256, 10 years) under
 #   $STOMPFAST_BROKERS_DIR/tls/ (ca.pem, server.pem, server.key, and bad-ca.pem: a second,

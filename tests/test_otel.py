@@ -77,6 +77,10 @@ class Telemetry:
         for resource in data.resource_metrics if data else ():
             for scope in resource.scope_metrics:
                 for metric in scope.metrics:
+                    if metric.name.startswith("otel."):
+                        # the SDK's own metrics (opentelemetry-sdk 1.41, the last for Python 3.9,
+                        # reports its collection time as a histogram): not stompfast's
+                        continue
                     for point in metric.data.data_points:
                         points[(metric.name, frozenset(point.attributes.items()))] = point.value
         return points
