@@ -2,7 +2,7 @@
 
 from ._client import AsyncClient, AsyncTransaction, Receipt
 from ._config import Endpoint
-from ._protocol import Message
+from ._protocol import Message, OversizedMessage
 from ._reconnect import ConnectionEvent, ReconnectPolicy
 from ._scanner import FrameScanner, encode_frame
 from ._stats import ClientStats, RttSummary
@@ -19,6 +19,7 @@ from .errors import (
     HeartbeatTimeout,
     LimitExceededError,
     LocalProtocolError,
+    MessageTooLargeError,
     ProtocolError,
     ReceiptTimeout,
     ReceiveTimeout,
@@ -63,6 +64,8 @@ __all__ = [
     "LimitExceededError",
     "LocalProtocolError",
     "Message",
+    "MessageTooLargeError",
+    "OversizedMessage",
     "Portal",
     "ProtocolError",
     "Receipt",

@@ -441,6 +441,7 @@ cdef class FrameScanner:
     cdef bint _skip          # skip_oversized
     cdef object _skipping    # the SkippedFrame whose body is being counted off, or None
     cdef Py_ssize_t _skip_left  # body bytes of it still to come
+    cdef Py_ssize_t _skipped    # SkippedFrames returned so far
     cdef Py_ssize_t _max_frame
     cdef Py_ssize_t _max_headers
     cdef Py_ssize_t _max_hb
@@ -495,6 +496,7 @@ cdef class FrameScanner:
         self._skip = bool(skip_oversized)
         self._skipping = None
         self._skip_left = 0
+        self._skipped = 0
         self._base = 0
         self._failed = None
         self._reset_frame()
@@ -541,6 +543,11 @@ cdef class FrameScanner:
     def skip_oversized(self):
         """Whether a MESSAGE over ``max_frame_bytes`` with ``content-length`` is skipped, not a fault."""
         return self._skip
+
+    @property
+    def skipped(self):
+        """How many SkippedFrames ``feed()`` has returned (or put in an error's ``frames``)."""
+        return self._skipped
 
     @property
     def max_frame_bytes(self):
@@ -616,6 +623,7 @@ cdef class FrameScanner:
                     raise self._fault_at(0, f"MESSAGE frame: no NUL after the {self._skipping.size}"
                                             " body bytes of content-length")
                 frames.append(self._skipping)
+                self._skipped += 1
                 self._skipping = None
                 self._base += 1
                 off += 1
@@ -803,6 +811,7 @@ cdef class FrameScanner:
                         raise self._fault_at(end, f"MESSAGE frame: no NUL after the {self._skipping.size}"
                                                   " body bytes of content-length")
                     frames.append(self._skipping)
+                    self._skipped += 1
                     self._skipping = None
                     pos = end + 1
                     continue

@@ -185,6 +185,7 @@ class FrameScanner:
         "_skip",
         "_skipping",
         "_skip_left",
+        "_skipped",
     )
 
     def __init__(
@@ -205,6 +206,7 @@ class FrameScanner:
         self._skip = bool(skip_oversized)
         self._skipping: Optional[SkippedFrame] = None  # the MESSAGE whose body is being counted off
         self._skip_left = 0  # body bytes of it still to come
+        self._skipped = 0
         self._buf = bytearray()
         self._base = 0  # stream offset of _buf[0]
         self._failed: Optional[Tuple[str, Optional[int]]] = None  # (message, offset) of the fault
@@ -237,6 +239,11 @@ class FrameScanner:
     def skip_oversized(self) -> bool:
         """Whether a MESSAGE over ``max_frame_bytes`` with ``content-length`` is skipped, not a fault."""
         return self._skip
+
+    @property
+    def skipped(self) -> int:
+        """How many SkippedFrames ``feed()`` has returned (or put in an error's ``frames``)."""
+        return self._skipped
 
     @property
     def max_frame_bytes(self) -> int:
@@ -418,6 +425,7 @@ class FrameScanner:
         if buf[end] != 0:
             raise self._fault(end, f"MESSAGE frame: no NUL after the {skipped.size} body bytes of content-length")
         frames.append(skipped)
+        self._skipped += 1
         self._skipping = None
         return end + 1
 
