@@ -32,7 +32,7 @@ def check_oversized(message: Any, destination: str) -> None:
     assert isinstance(message, OversizedMessage)
     assert message.size == len(BIG)
     with pytest.raises(MessageTooLargeError) as info:
-        message.body
+        _ = message.body
     exc = info.value
     assert (exc.size, exc.limit, exc.limit_name) == (len(BIG), LIMIT, "max_frame_bytes")
     assert exc.destination == destination and exc.subscription == message.subscription
@@ -40,7 +40,7 @@ def check_oversized(message: Any, destination: str) -> None:
     assert exc.headers["content-length"] == str(len(BIG))
     assert exc.skipped_message is message
     with pytest.raises(MessageTooLargeError):
-        message.text
+        _ = message.text
     copy = pickle.loads(pickle.dumps(exc))
     assert (copy.size, copy.message_id, copy.skipped_message) == (exc.size, exc.message_id, None)
 
