@@ -2,7 +2,7 @@
 
 from ._client import AsyncClient, AsyncTransaction, Receipt
 from ._config import Endpoint
-from ._protocol import Message
+from ._protocol import Message, OversizedMessage
 from ._reconnect import ConnectionEvent, ReconnectPolicy
 from ._scanner import FrameScanner, encode_frame
 from ._stats import ClientStats, RttSummary
@@ -20,6 +20,7 @@ from .errors import (
     HeartbeatTimeout,
     LimitExceededError,
     LocalProtocolError,
+    MessageTooLargeError,
     NotStompError,
     ProtocolError,
     ReceiptTimeout,
@@ -66,7 +67,9 @@ __all__ = [
     "LimitExceededError",
     "LocalProtocolError",
     "Message",
+    "MessageTooLargeError",
     "NotStompError",
+    "OversizedMessage",
     "Portal",
     "ProtocolError",
     "Receipt",

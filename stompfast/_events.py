@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Mapping, Optional, Tuple, Union
 
-from .errors import AlreadySettledError, LocalProtocolError, ServerError
+from .errors import AlreadySettledError, LocalProtocolError, MessageTooLargeError, ServerError
 from .frames import Frame
 
-__all__ = ["Connected", "ErrorReceived", "Event", "Message", "ReceiptReceived"]
+__all__ = ["Connected", "ErrorReceived", "Event", "Message", "OversizedMessage", "ReceiptReceived"]
 
 
 class Connected:
@@ -91,6 +91,9 @@ class Message:
         "frame", "subscription", "message_id", "ack_id", "session", "owner", "seq", "sync", "settled", "__weakref__"
     )
     sync: Any  # (a slot, never set by __init__: only on what the blocking client hands out)
+    #: True for a message over ``max_frame_bytes`` that was skipped unread
+    #: (:class:`OversizedMessage`): its ``body`` and ``text`` raise, ``ack()`` and ``nack()`` work.
+    oversized = False
 
     def __init__(
         self, frame: Frame, subscription: str, message_id: Optional[str], ack_id: Optional[str], session: Any
@@ -181,5 +184,59 @@ class Message:
         body = self.frame[2]
         shown = body if len(body) <= 40 else body[:40] + b"..."
         return f"<Message {self.message_id!r} on {self.destination!r} via {self.subscription!r}: {shown!r}>"
+
+class OversizedMessage(Message):
+    """A MESSAGE over ``max_frame_bytes``, skipped unread: headers only, ack or nack it.
+
+    The client counted its body off the wire (its ``content-length`` said where
+    it ended) so that the connection could go on. ``oversized`` is True;
+    ``body`` and ``text`` raise :class:`~stompfast.MessageTooLargeError` (so
+    code that does not look at ``oversized`` cannot take it for an empty
+    message); ``headers``, ``message_id``, ``destination`` and ``ack()`` /
+    ``nack()`` are a message's.
+    """
+
+    __slots__ = ()
+    oversized = True
+
+    @property
+    def size(self) -> int:
+        """The skipped body's size in bytes (its ``content-length``)."""
+        return int(self.frame[1]["content-length"])
+
+    @property
+    def error(self) -> MessageTooLargeError:
+        """The error ``body`` raises: what was skipped, and how big it was."""
+        headers = self.frame[1]
+        limit = self.session.max_frame_bytes if self.session is not None else 0
+        size = self.size
+        return MessageTooLargeError(
+            f"message {self.message_id!r} on {headers.get('destination')!r} (subscription"
+            f" {self.subscription!r}) has a {size}-byte body, over max_frame_bytes={limit}: it was"
+            " skipped unread; ack or nack the message so the broker does not redeliver it",
+            headers=dict(headers),
+            message_id=self.message_id,
+            ack_id=self.ack_id,
+            destination=headers.get("destination"),
+            subscription=self.subscription,
+            size=size,
+            limit=limit,
+            skipped_message=self,
+        )
+
+    @property
+    def body(self) -> bytes:
+        raise self.error
+
+    @property
+    def text(self) -> str:
+        raise self.error
+
+    def __repr__(self) -> str:
+        return (
+            f"<OversizedMessage {self.message_id!r} on {self.destination!r} via {self.subscription!r}:"
+            f" {self.size} bytes skipped>"
+        )
+
 
 Event = Union[Connected, Message, ReceiptReceived, ErrorReceived]

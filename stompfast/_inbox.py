@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 import anyio
 
 from ._framelog import frame_log
-from ._protocol import ErrorReceived, Message, ReceiptReceived, SessionState, StompProtocol
+from ._protocol import ErrorReceived, Message, OversizedMessage, ReceiptReceived, SessionState, StompProtocol
 from ._stats import Counters
 from ._receipt import PendingReceipt
 from ._subscription import Inlet
@@ -238,6 +238,16 @@ class Inbox(Counters):
                     sub.ready.set()
                 self._fail(event.error)
                 return None
+            elif type(event) is OversizedMessage:
+                # Last in the chain, so the per-message path pays nothing for it:
+                # a message skipped unread goes to its subscription like any other.
+                inlet = subs.get(event.subscription)
+                if inlet is not None:
+                    if inlet not in touched:
+                        touched.append(inlet)
+                    inlet.deliver(event)
+                else:
+                    self._n_received_gone += 1
         full = None
         for sub in touched:
             sub.ready.set()

@@ -122,8 +122,15 @@ class Link(Counters):
             raise NotImplementedError
 
     def _make_protocol(self, endpoint: Endpoint) -> StompProtocol:
+        # skip_oversized: a MESSAGE over max_frame_bytes that the broker sent with
+        # content-length reaches its subscription as an OversizedMessage to ack or
+        # nack; failing the connection would only have it redelivered for ever.
         return StompProtocol(
-            host=endpoint.virtual_host, login=endpoint.login, passcode=endpoint.passcode, **self._protocol_options
+            host=endpoint.virtual_host,
+            login=endpoint.login,
+            passcode=endpoint.passcode,
+            skip_oversized=True,
+            **self._protocol_options,
         )
 
     def _tls(self, endpoint: Endpoint) -> Union[bool, _ssl.SSLContext]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from ._events import Connected, ErrorReceived, Event, Message, ReceiptReceived
+from ._events import Connected, ErrorReceived, Event, Message, OversizedMessage, ReceiptReceived
 from ._scanner import FrameScanner, encode_frame
 from .errors import (
     AuthenticationError,
@@ -47,6 +47,7 @@ __all__ = [
     "ErrorReceived",
     "MAX_HEART_BEAT_MS",
     "Message",
+    "OversizedMessage",
     "ReceiptReceived",
     "SessionState",
     "StompProtocol",
@@ -241,6 +242,10 @@ class StompProtocol:
         connect_headers: more CONNECT headers (e.g. ``client-id``).
         use_stomp_command: send ``STOMP`` instead of ``CONNECT`` (1.1+ only).
         max_frame_bytes, max_headers, max_header_bytes: the scanner's limits.
+        skip_oversized: a MESSAGE over ``max_frame_bytes`` with ``content-length``
+            is skipped unread and delivered as an :class:`OversizedMessage`
+            (headers only, to ack or nack) instead of failing the session; any
+            other frame over a limit still fails it (the client turns this on).
     """
 
     def __init__(
@@ -256,6 +261,7 @@ class StompProtocol:
         max_frame_bytes: Optional[int] = None,
         max_headers: Optional[int] = None,
         max_header_bytes: Optional[int] = None,
+        skip_oversized: bool = False,
     ) -> None:
         self.versions = _check_versions(versions)
         self.requested_heart_beat = _check_heart_beat(heart_beat)
@@ -284,7 +290,9 @@ class StompProtocol:
             max_frame_bytes=max_frame_bytes,
             max_headers=max_headers,
             max_header_bytes=max_header_bytes,
+            skip_oversized=skip_oversized,
         )
+        self._skipped = 0  # the scanner's count of SkippedFrames already made OversizedMessages
         self._receipts = 0
         self._subscriptions: Dict[str, str] = {}  # id -> ack mode
         self._next_sub = 0
@@ -718,7 +726,23 @@ class StompProtocol:
             self.state = SessionState.FAILED
             exc.events = events  # type: ignore[attr-defined]  # the frames before the fault
             raise
+        finally:
+            # Checked once per feed, not per frame: skipped messages are rare.
+            if self._scanner.skipped != self._skipped:
+                self._mark_oversized(events)
         return events
+
+    def _mark_oversized(self, events: List[Event]) -> None:
+        """Re-class the Messages of skipped frames as OversizedMessage (the same object)."""
+        self._skipped = self._scanner.skipped
+        for event in events:
+            if type(event) is Message and type(event.frame) is not Frame:
+                event.__class__ = OversizedMessage
+
+    @property
+    def max_frame_bytes(self) -> int:
+        """The largest frame the scanner takes (``max_frame_bytes``)."""
+        return self._scanner.max_frame_bytes
 
     def _append_events(self, frames: Sequence[Frame], events: List[Event]) -> None:
         append = events.append

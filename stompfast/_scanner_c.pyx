@@ -13,6 +13,10 @@ several are present). What differs is how bytes are handled:
 * **Direct bodies.** A large ``content-length`` body that has not fully arrived
   is copied straight into the ``bytes`` object the frame will hold, so a large
   body is copied once.
+* **Skipping** (``skip_oversized``): as in ``_scanner_py``, an oversized MESSAGE
+  with ``content-length`` becomes a SkippedFrame once its head is parsed, and its
+  body is counted off as it arrives (``_skip_left``), in ``_parse`` for what is in
+  the same input as the head and at the top of ``_feed`` for later input.
 * **Delimiters with memchr**, names of well-known headers as cached ``str``
   objects, the header dict built in the same pass that splits the lines, and the
   :class:`~stompfast.frames.Frame` tuple allocated directly.
@@ -27,7 +31,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.string cimport memchr, memcpy, memmove
 
 from .errors import ConfigurationError, LimitExceededError, LocalProtocolError, RemoteProtocolError
-from .frames import COMMANDS, Frame
+from .frames import COMMANDS, Frame, SkippedFrame
 from ._scanner_py import (
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_HEADER_BYTES,
@@ -434,6 +438,10 @@ cdef class FrameScanner:
     cdef int _ver
     cdef object _version
     cdef bint _lenient
+    cdef bint _skip          # skip_oversized
+    cdef object _skipping    # the SkippedFrame whose body is being counted off, or None
+    cdef Py_ssize_t _skip_left  # body bytes of it still to come
+    cdef Py_ssize_t _skipped    # SkippedFrames returned so far
     cdef Py_ssize_t _max_frame
     cdef Py_ssize_t _max_headers
     cdef Py_ssize_t _max_hb
@@ -477,7 +485,7 @@ cdef class FrameScanner:
         self._len = self._cap = self._tmp_cap = 0
 
     def __init__(self, version="1.2", max_frame_bytes=None, max_headers=None,
-                 max_header_bytes=None, lenient=False):
+                 max_header_bytes=None, lenient=False, skip_oversized=False):
         self._ver = _version_code(version)
         self._version = version
         self._max_frame = _limit("max_frame_bytes", max_frame_bytes, DEFAULT_MAX_FRAME_BYTES)
@@ -485,6 +493,10 @@ cdef class FrameScanner:
         self._max_hb = _limit("max_header_bytes", max_header_bytes, DEFAULT_MAX_HEADER_BYTES)
         self._tok.limit = self._max_headers + 2
         self._lenient = bool(lenient)
+        self._skip = bool(skip_oversized)
+        self._skipping = None
+        self._skip_left = 0
+        self._skipped = 0
         self._base = 0
         self._failed = None
         self._reset_frame()
@@ -526,6 +538,16 @@ cdef class FrameScanner:
     def lenient(self):
         """Whether the lenient legacy framing rules are on."""
         return self._lenient
+
+    @property
+    def skip_oversized(self):
+        """Whether a MESSAGE over ``max_frame_bytes`` with ``content-length`` is skipped, not a fault."""
+        return self._skip
+
+    @property
+    def skipped(self):
+        """How many SkippedFrames ``feed()`` has returned (or put in an error's ``frames``)."""
+        return self._skipped
 
     @property
     def max_frame_bytes(self):
@@ -588,7 +610,24 @@ cdef class FrameScanner:
     cdef int _feed(self, const char* data, Py_ssize_t size, list frames) except -1:
         cdef Py_ssize_t off = 0, step, take, old, used, tail
         while off < size:
-            if self._dbody != NULL:  # filling a direct body
+            if self._skipping is not None:  # counting off a skipped body
+                take = size - off
+                if take <= self._skip_left:
+                    self._skip_left -= take
+                    self._base += take
+                    return 0
+                off += self._skip_left
+                self._base += self._skip_left
+                self._skip_left = 0
+                if data[off] != 0:
+                    raise self._fault_at(0, f"MESSAGE frame: no NUL after the {self._skipping.size}"
+                                            " body bytes of content-length")
+                frames.append(self._skipping)
+                self._skipped += 1
+                self._skipping = None
+                self._base += 1
+                off += 1
+            elif self._dbody != NULL:  # filling a direct body
                 take = self._clen - self._filled
                 if take > 0:
                     if take > size - off:
@@ -761,6 +800,21 @@ cdef class FrameScanner:
                     self._check_head(p, pos, n, False)
                     return pos
                 self._parse_head(p, pos, hend, bstart)
+                if self._skipping is not None:  # an oversized MESSAGE: count its body off
+                    bs = pos + self._body_start
+                    self._reset_frame()
+                    if n - bs <= self._skip_left:
+                        self._skip_left -= n - bs
+                        return n
+                    end = bs + self._skip_left
+                    if p[end] != 0:
+                        raise self._fault_at(end, f"MESSAGE frame: no NUL after the {self._skipping.size}"
+                                                  " body bytes of content-length")
+                    frames.append(self._skipping)
+                    self._skipped += 1
+                    self._skipping = None
+                    pos = end + 1
+                    continue
             bs = pos + self._body_start
             if self._clen >= 0:
                 end = bs + self._clen
@@ -781,8 +835,10 @@ cdef class FrameScanner:
                 end = q - p if q != NULL else -1
                 if end < 0 or end - pos + 1 > self._max_frame:
                     if end >= 0 or n - pos >= self._max_frame:
-                        raise self._limit_at(pos + self._max_frame - 1, "max_frame_bytes",
-                                             self._max_frame, f"{self._command} frame")
+                        # Without content-length only the NUL ends the body, so the
+                        # frame cannot be skipped: say so, the fix is the sender's.
+                        raise self._limit_at(pos + self._max_frame - 1, "max_frame_bytes", self._max_frame,
+                                             f"{self._command} frame without content-length")
                     self._scan = n - pos
                     return pos
                 body = PyBytes_FromStringAndSize(p + bs, end - bs)
@@ -993,6 +1049,11 @@ cdef class FrameScanner:
                 raise self._fault_at(start, "%s frame: content-length is not a byte count: %r" % (
                     command, value[:40]))
             if length == -2 or size + length + 1 > self._max_frame:
+                if self._skip and length >= 0 and command == "MESSAGE":
+                    self._skipping = _make_skipped(command, headers, repeats)
+                    self._skip_left = length
+                    self._body_start = size
+                    return 0
                 raise self._limit_at(bstart - 1, "max_frame_bytes", self._max_frame,
                     f"{command} frame of {size + length + 1 if length >= 0 else 'over 2**48'} bytes")
         self._command = command
@@ -1056,6 +1117,10 @@ cdef class FrameScanner:
             o += 1
             i += 1
         return _decode(t, o)
+
+
+cdef object _make_skipped(object command, object headers, object repeats):
+    return tuple.__new__(SkippedFrame, (command, headers, b"", repeats))
 
 
 cdef Py_ssize_t _parse_length(str value):

@@ -21,6 +21,12 @@ A frame is scanned in two stages:
 2. *body*: with ``content-length``, wait until that many bytes and one more (the
    NUL) are buffered; without, search for the NUL, again resuming (``_scan``).
 
+With ``skip_oversized``, a MESSAGE whose ``content-length`` takes it past
+``max_frame_bytes`` is not a fault: once its head is parsed, the scanner holds a
+:class:`~stompfast.frames.SkippedFrame` (its headers, no body) in ``_skipping``
+and counts the body off as it arrives (``_skip_left``: body bytes still to come),
+buffering none of it; after the NUL the SkippedFrame takes the frame's place.
+
 Faults are positional: each has the stream position at which it becomes
 provable, and when several are present the earliest wins (ties in a fixed
 order). That is what makes the result, the frames before a fault and the class
@@ -34,7 +40,7 @@ from itertools import islice, repeat
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from .errors import ConfigurationError, LimitExceededError, LocalProtocolError, RemoteProtocolError
-from .frames import COMMANDS, Frame
+from .frames import COMMANDS, Frame, SkippedFrame
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
@@ -151,6 +157,13 @@ class FrameScanner:
         lenient: accept the early lenient framing draft (case-insensitive command
             and header names, trailing spaces stripped from lines, leading spaces
             from values, whitespace-only lines between frames).
+        skip_oversized: a MESSAGE over ``max_frame_bytes`` whose headers are
+            within the limits and whose ``content-length`` says where its body
+            ends is not a fault: its body is counted off as it arrives, never
+            buffered, and ``feed()`` returns a :class:`~stompfast.frames.SkippedFrame`
+            (headers, empty body, ``size``) in its place. Any other frame over a
+            limit, and a MESSAGE without ``content-length``, still raises
+            :class:`~stompfast.LimitExceededError`.
     """
 
     __slots__ = (
@@ -169,6 +182,10 @@ class FrameScanner:
         "_cmd_done",
         "_head",
         "_failed",
+        "_skip",
+        "_skipping",
+        "_skip_left",
+        "_skipped",
     )
 
     def __init__(
@@ -178,6 +195,7 @@ class FrameScanner:
         max_headers: Optional[int] = None,
         max_header_bytes: Optional[int] = None,
         lenient: bool = False,
+        skip_oversized: bool = False,
     ) -> None:
         self._ver = _version_code(version)
         self._version = version
@@ -185,6 +203,10 @@ class FrameScanner:
         self._max_headers = _limit("max_headers", max_headers, DEFAULT_MAX_HEADERS)
         self._max_header_bytes = _limit("max_header_bytes", max_header_bytes, DEFAULT_MAX_HEADER_BYTES)
         self._lenient = bool(lenient)
+        self._skip = bool(skip_oversized)
+        self._skipping: Optional[SkippedFrame] = None  # the MESSAGE whose body is being counted off
+        self._skip_left = 0  # body bytes of it still to come
+        self._skipped = 0
         self._buf = bytearray()
         self._base = 0  # stream offset of _buf[0]
         self._failed: Optional[Tuple[str, Optional[int]]] = None  # (message, offset) of the fault
@@ -212,6 +234,16 @@ class FrameScanner:
     def lenient(self) -> bool:
         """Whether the lenient legacy framing rules are on."""
         return self._lenient
+
+    @property
+    def skip_oversized(self) -> bool:
+        """Whether a MESSAGE over ``max_frame_bytes`` with ``content-length`` is skipped, not a fault."""
+        return self._skip
+
+    @property
+    def skipped(self) -> int:
+        """How many SkippedFrames ``feed()`` has returned (or put in an error's ``frames``)."""
+        return self._skipped
 
     @property
     def max_frame_bytes(self) -> int:
@@ -304,6 +336,10 @@ class FrameScanner:
         """
         n = len(buf)
         pos = 0
+        if self._skipping is not None:  # once per feed, not per frame
+            pos = self._skip_body(buf, 0, n, frames)
+            if self._skipping is not None:
+                return pos
         fast = not self._lenient and self._ver != 10
         append = frames.append
         make = tuple.__new__
@@ -333,6 +369,12 @@ class FrameScanner:
                     hend, body_start = found
                     self._check_head(buf, pos, body_start, True)
                     head = self._parse_head(buf, pos, hend, body_start)
+                    if self._skipping is not None:  # (only this path parses an oversized head)
+                        self._reset_frame()
+                        pos = self._skip_body(buf, pos + head[3], n, frames)
+                        if self._skipping is not None:
+                            return pos
+                        continue
             command, headers, repeats, body_start, length = head
             start = pos + body_start
             if length >= 0:
@@ -347,8 +389,13 @@ class FrameScanner:
                 end = buf.find(b"\0", pos + max(self._scan, body_start), n)
                 if end < 0 or end - pos + 1 > self._max_frame:
                     if end >= 0 or n - pos >= self._max_frame:
+                        # Without content-length only the NUL ends the body, so
+                        # the frame cannot be skipped: say so, the fix is the sender's.
                         raise self._over_limit(
-                            pos + self._max_frame - 1, "max_frame_bytes", self._max_frame, f"{command} frame"
+                            pos + self._max_frame - 1,
+                            "max_frame_bytes",
+                            self._max_frame,
+                            f"{command} frame without content-length",
                         )
                     self._head = head
                     self._in_frame = True
@@ -361,6 +408,26 @@ class FrameScanner:
                 self._head = None
                 self._in_frame = self._cmd_done = False
                 self._scan = self._checked = self._lfs = 0
+
+    def _skip_body(self, buf: _Buf, pos: int, n: int, frames: List[Frame]) -> int:
+        """Count off the skipped MESSAGE's body bytes from ``buf[pos:n]``; return the new position.
+
+        When the NUL after the body is here, the SkippedFrame goes to ``frames``
+        and ``_skipping`` is cleared; otherwise all of ``buf`` is consumed.
+        """
+        left = self._skip_left
+        if n - pos <= left:
+            self._skip_left = left - (n - pos)
+            return n
+        end = pos + left
+        skipped = self._skipping
+        assert skipped is not None
+        if buf[end] != 0:
+            raise self._fault(end, f"MESSAGE frame: no NUL after the {skipped.size} body bytes of content-length")
+        frames.append(skipped)
+        self._skipped += 1
+        self._skipping = None
+        return end + 1
 
     def _skip_eols(self, buf: _Buf, pos: int, n: int) -> Tuple[int, bool]:
         """Skip the empty lines (heart-beats) before a frame.
@@ -608,6 +675,10 @@ class FrameScanner:
             length = int(declared)
             size = body_start - start + length + 1
             if size > self._max_frame:
+                if self._skip and command == "MESSAGE" and length <= MAX_LIMIT:
+                    self._skipping = tuple.__new__(SkippedFrame, (command, headers, b"", repeats))
+                    self._skip_left = length
+                    return command, headers, repeats, body_start - start, length
                 raise self._over_limit(
                     body_start - 1, "max_frame_bytes", self._max_frame, f"{command} frame of {size} bytes"
                 )

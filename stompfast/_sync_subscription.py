@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional
 import anyio
 
 from ._client import AsyncClient
-from ._protocol import Message
+from ._protocol import Message, OversizedMessage
 from ._subscription import AsyncSubscription, ThreadHandoff, WaitTimeout
 from ._sync_loop import SyncLoop, check_timeout, timeout_error
 from ._sync_outbox import Outbox
@@ -59,6 +59,12 @@ class SyncMessage(Message):
     ) -> None:
         """Refuse the message (STOMP 1.1+); see :meth:`Subscription.nack_message`."""
         self.sync.nack_message(self, transaction=transaction, receipt=receipt, timeout=timeout)
+
+
+class SyncOversizedMessage(OversizedMessage, SyncMessage):
+    """An :class:`~stompfast.OversizedMessage` from a sync subscription: ``ack()`` and ``nack()`` block."""
+
+    __slots__ = ()
 
 
 async def open_subscription(
@@ -159,7 +165,7 @@ class Subscription:
             message = None
         if message is None:
             raise StopIteration
-        message.__class__ = SyncMessage  # (the same object: no copy, no wrapper)
+        message.__class__ = SyncMessage if message.__class__ is Message else SyncOversizedMessage  # (the same object)
         message.sync = self
         return message  # type: ignore[return-value]
 
@@ -210,7 +216,7 @@ class Subscription:
         if not batch:  # closed without a failure (a failure was raised by take_batch)
             raise ClientClosedError(f"subscription {self.id!r} to {self.destination!r} is closed")
         for message in batch:
-            message.__class__ = SyncMessage
+            message.__class__ = SyncMessage if message.__class__ is Message else SyncOversizedMessage
             message.sync = self
         return batch  # type: ignore[return-value]
 
@@ -363,7 +369,7 @@ class CallbackWorker:
                 if not batch:
                     return
                 for message in batch:
-                    message.__class__ = SyncMessage
+                    message.__class__ = SyncMessage if message.__class__ is Message else SyncOversizedMessage
                     message.sync = subscription
                 for message in batch:
                     if self.stopping:

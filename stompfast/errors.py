@@ -26,6 +26,7 @@ working in code that does not know about stompfast::
     │   └── ReceiveTimeout                     no message in time (sync facade)
     ├── ClientClosedError (RuntimeError)       the client or subscription is closed
     ├── FlowControlError                       a full, unread subscription stopped the reader
+    ├── MessageTooLargeError                   a message over max_frame_bytes was skipped unread
     ├── StaleMessageError                      ack/nack of a message from a dead session
     └── TransactionError                       a transaction could not be completed
 
@@ -50,6 +51,7 @@ __all__ = [
     "HeartbeatTimeout",
     "LimitExceededError",
     "LocalProtocolError",
+    "MessageTooLargeError",
     "NotStompError",
     "ProtocolError",
     "ReceiptTimeout",
@@ -145,6 +147,43 @@ class LimitExceededError(RemoteProtocolError):
 
     limit_name: str = ""
     limit: int = 0
+
+
+class MessageTooLargeError(StompError):
+    """A MESSAGE over ``max_frame_bytes`` was skipped unread; the connection is fine.
+
+    The client counted its body off the wire without keeping it (the broker's
+    ``content-length`` said where it ended) and delivered the message in its
+    place with an empty body: reading that message's ``body`` or ``text`` raises
+    this error. Ack or nack the message (``exc.skipped_message``, or the message
+    you hold) so the broker stops redelivering it; on an ``auto`` subscription
+    there is nothing to ack, and this error is all that is left of it.
+
+    Attributes:
+        headers: the message's headers (a dict).
+        message_id, ack_id, destination, subscription: from those headers
+            (``ack_id`` is what an ACK or NACK names).
+        size: the body's size in bytes, as its ``content-length`` said.
+        limit: the client's ``max_frame_bytes``; ``limit_name`` is ``"max_frame_bytes"``.
+        skipped_message: the :class:`~stompfast.Message` to ack or nack (None
+            after a pickle round trip: it belongs to a live connection).
+    """
+
+    headers: Mapping[str, str] = {}
+    message_id: Optional[str] = None
+    ack_id: Optional[str] = None
+    destination: Optional[str] = None
+    subscription: Optional[str] = None
+    size: int = 0
+    limit: int = 0
+    limit_name: str = "max_frame_bytes"
+    skipped_message: Any = None
+
+    def __reduce__(self) -> Any:
+        # The message holds its live session: it cannot cross a process.
+        state = dict(self.__dict__)
+        state.pop("skipped_message", None)
+        return (self.__class__, (self.message,), state)
 
 
 class StompConnectionError(StompError, ConnectionError):

@@ -23,6 +23,7 @@ __all__ = [
     "COMMANDS",
     "Frame",
     "SERVER_COMMANDS",
+    "SkippedFrame",
 ]
 
 #: Commands a client sends (STOMP 1.2 section "Client Frames"); ``STOMP`` is the 1.1+ alias of CONNECT.
@@ -119,3 +120,30 @@ class Frame(tuple[str, Dict[str, str], bytes, Optional[List[Tuple[str, str]]]]):
         body = self[2]
         shown = body if len(body) <= 64 else body[:64] + b"..."
         return f"Frame({self[0]!r}, {self.header_list!r}, {shown!r})"
+
+
+def _rebuild_skipped(items: Tuple[Any, ...]) -> "SkippedFrame":
+    return tuple.__new__(SkippedFrame, items)
+
+
+class SkippedFrame(Frame):
+    """A MESSAGE over ``max_frame_bytes`` whose body a scanner counted off unread.
+
+    Only a scanner made with ``skip_oversized=True`` produces one, and only for a
+    MESSAGE whose headers are within the limits and whose ``content-length``
+    says where its body ends. ``headers`` are the frame's own; ``body`` is empty;
+    :attr:`size` is the body's size as ``content-length`` declared it.
+    """
+
+    __slots__ = ()
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (_rebuild_skipped, (tuple(self),))
+
+    @property
+    def size(self) -> int:
+        """The skipped body's size in bytes (its ``content-length``)."""
+        return int(self[1]["content-length"])
+
+    def __repr__(self) -> str:
+        return f"SkippedFrame({self[0]!r}, {self.header_list!r}, body of {self.size} bytes skipped)"

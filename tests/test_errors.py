@@ -43,6 +43,7 @@ TREE = {
     "ReceiveTimeout": (("StompTimeout",), ()),
     "ClientClosedError": (("StompError",), (RuntimeError,)),
     "FlowControlError": (("StompError",), ()),
+    "MessageTooLargeError": (("StompError",), ()),
     "StaleMessageError": (("StompError",), ()),
     "TransactionError": (("StompError",), ()),
 }
@@ -166,6 +167,11 @@ def test_defaults_of_the_data_attributes():
     te = errors.TLSError("x")
     assert te.reason is None and te.verify_message is None
     assert isinstance(te, errors.ConnectError) and isinstance(te, ConnectionError)
+    me = errors.MessageTooLargeError("x")
+    assert dict(me.headers) == {} and me.size == 0 and me.limit == 0 and me.limit_name == "max_frame_bytes"
+    assert me.message_id is None and me.skipped_message is None
+    # a per-message error: the connection is fine, so it is no RemoteProtocolError
+    assert not isinstance(me, RemoteProtocolError)
 
 
 def _roundtrip(exc, protocol=pickle.HIGHEST_PROTOCOL):

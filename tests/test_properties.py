@@ -299,7 +299,9 @@ LIMITS = st.fixed_dictionaries(
     },
 )
 
-OPTIONS = st.fixed_dictionaries({"version": st.sampled_from(VERSIONS), "lenient": st.booleans()})
+OPTIONS = st.fixed_dictionaries(
+    {"version": st.sampled_from(VERSIONS), "lenient": st.booleans(), "skip_oversized": st.booleans()}
+)
 
 
 @st.composite

@@ -10,7 +10,7 @@ import pytest
 from helpers import SetVersion, error_of, feed_all_ways, frames_of
 
 from stompfast.errors import ConfigurationError, LimitExceededError, RemoteProtocolError, StompError
-from stompfast.frames import COMMANDS, Frame
+from stompfast.frames import COMMANDS, Frame, SkippedFrame
 
 VERSIONS = ["1.0", "1.1", "1.2"]
 ESCAPING = ["1.1", "1.2"]
@@ -1197,3 +1197,87 @@ def test_feed_refuses_what_is_not_contiguous_bytes_with_type_error(impl, data):
     with pytest.raises(TypeError):
         sc.feed(data)
     assert sc.feed(b"SEND\n\n\x00") == [Frame("SEND")]
+
+
+# ------------------------------------------------------------------------- skip_oversized
+
+SKIP_GOOD_1 = b"MESSAGE\nsubscription:0\nmessage-id:1\ndestination:/queue/a\ncontent-length:2\n\nab\x00"
+SKIP_BIG_HEAD = b"MESSAGE\nsubscription:0\nmessage-id:2\nack:A2\ndestination:/queue/a\ncontent-length:300\n\n"
+SKIP_BIG = SKIP_BIG_HEAD + bytes(range(256)) + b"\x00" * 44 + b"\x00"  # NULs in the body are body bytes
+SKIP_GOOD_3 = b"MESSAGE\nsubscription:0\nmessage-id:3\ndestination:/queue/a\n\ncd\x00"
+
+
+def test_skip_oversized_message_with_content_length_between_two_good_ones(impl):
+    # "A MESSAGE over max_frame_bytes whose content-length says where its body ends
+    # is not a fault: its body is counted off as it arrives and a SkippedFrame
+    # (headers, empty body, size) takes its place."
+    wire = SKIP_GOOD_1 + b"\n" + SKIP_BIG + b"\n\n" + SKIP_GOOD_3
+    result = feed_all_ways(impl, wire, max_frame_bytes=128, skip_oversized=True)
+    assert result.error is None and result.buffered == 0
+    first, skipped, third = result.frames
+    assert (type(first), first.body, first.headers["message-id"]) == (Frame, b"ab", "1")
+    assert type(skipped) is SkippedFrame
+    assert skipped.command == "MESSAGE" and skipped.body == b"" and skipped.size == 300
+    assert dict(skipped.headers) == {
+        "subscription": "0",
+        "message-id": "2",
+        "ack": "A2",
+        "destination": "/queue/a",
+        "content-length": "300",
+    }
+    assert (type(third), third.body, third.headers["message-id"]) == (Frame, b"cd", "3")
+    # without the flag it stays the fault it always was, after the first frame
+    plain = error_of(impl, wire, max_frame_bytes=128)
+    _check_limit(plain, "max_frame_bytes", 128)
+    assert plain.frames == [first]
+
+
+def test_skip_oversized_never_buffers_the_body(impl):
+    # "without buffering it": fed in chunks, the scanner holds at most a head
+    sc = impl.FrameScanner(max_frame_bytes=128, skip_oversized=True)
+    head = b"MESSAGE\nsubscription:0\nmessage-id:9\ncontent-length:1000000\n\n"
+    assert sc.feed(head) == []
+    for _ in range(100):
+        assert sc.feed(b"x" * 10000) == []
+        assert sc.buffered == 0
+    (skipped,) = sc.feed(b"\x00")
+    assert type(skipped) is SkippedFrame and skipped.size == 1000000
+    assert sc.feed(SKIP_GOOD_3)[0].body == b"cd"
+
+
+def test_skip_oversized_still_needs_the_nul_after_the_body(impl):
+    bad = SKIP_BIG_HEAD + b"y" * 300 + b"z" + SKIP_GOOD_3
+    result = error_of(impl, SKIP_GOOD_1 + bad, max_frame_bytes=128, skip_oversized=True)
+    assert result.error is RemoteProtocolError
+    assert "no NUL after the 300 body bytes" in str(result.exc)
+    assert result.exc.offset == len(SKIP_GOOD_1) + len(SKIP_BIG_HEAD) + 300
+    assert [f.headers["message-id"] for f in result.frames] == ["1"]
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        pytest.param(b"MESSAGE\nsubscription:0\nmessage-id:2\n\n" + b"x" * 200 + b"\x00", id="no-content-length"),
+        pytest.param(b"SEND\ndestination:/q\ncontent-length:200\n\n" + b"x" * 200 + b"\x00", id="not-a-message"),
+        pytest.param(b"ERROR\ncontent-length:200\n\n" + b"x" * 200 + b"\x00", id="error-frame"),
+        pytest.param(b"MESSAGE\ncontent-length:%d\n\n\x00" % (2**48 + 1), id="content-length-over-2**48"),
+        pytest.param(b"MESSAGE\n" + b"h:" + b"v" * 200 + b"\ncontent-length:1\n\nx\x00", id="head-over-the-limit"),
+    ],
+)
+def test_skip_oversized_leaves_every_other_excess_a_fault(impl, wire):
+    # "Any other frame over a limit, and a MESSAGE without content-length, still
+    # raises LimitExceededError."
+    _check_limit(error_of(impl, SKIP_GOOD_1 + wire, max_frame_bytes=128, skip_oversized=True), "max_frame_bytes", 128)
+
+
+def test_oversized_message_without_content_length_says_so(impl):
+    # The NUL is the only end such a frame has, so the error names what is missing.
+    wire = b"MESSAGE\nsubscription:0\nmessage-id:2\n\n" + b"x" * 200 + b"\x00"
+    for kwargs in ({}, {"skip_oversized": True}):
+        result = error_of(impl, wire, max_frame_bytes=128, **kwargs)
+        assert "MESSAGE frame without content-length exceeds max_frame_bytes=128" in str(result.exc)
+
+
+def test_skip_oversized_is_off_by_default(impl):
+    assert impl.FrameScanner().skip_oversized is False
+    assert impl.FrameScanner(skip_oversized=True).skip_oversized is True

@@ -172,7 +172,10 @@ class Tracing:
             attributes["messaging.destination.subscription.name"] = message.subscription
             if message.message_id is not None:
                 attributes["messaging.message.id"] = message.message_id
-            attributes["messaging.message.body.size"] = len(message.body)
+            # (an oversized message was skipped unread: its body raises, its size is known)
+            attributes["messaging.message.body.size"] = (
+                int(message.headers["content-length"]) if message.oversized else len(message.body)
+            )
             correlation = headers.get("correlation-id")
             if correlation is not None:
                 attributes["messaging.message.conversation_id"] = correlation
