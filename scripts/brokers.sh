@@ -541,6 +541,15 @@ amq_write_config() {
                            http://activemq.apache.org/schema/core http://activemq.apache.org/schema/core/activemq-core.xsd">
   <broker xmlns="http://activemq.apache.org/schema/core" brokerName="stompfast"
           persistent="false" useJmx="false" dataDirectory="$AMQ_DATA">
+    <!-- Messages held in memory are bounded well below the heap: past it the broker slows
+         producers (flow control) or spools to its temp store, instead of dying of
+         OutOfMemoryError (seen with 1 GiB of heap and the default limit). -->
+    <systemUsage>
+      <systemUsage>
+        <memoryUsage><memoryUsage percentOfJvmHeap="50"/></memoryUsage>
+        <tempUsage><tempUsage limit="4 gb"/></tempUsage>
+      </systemUsage>
+    </systemUsage>
     <transportConnectors>
       <transportConnector name="stomp" uri="stomp://$HOST:$AMQ_PORT?wireFormat.maxFrameSize=104857600"/>
       <transportConnector name="stomp+nio" uri="stomp+nio://$HOST:$AMQ_NIO_PORT?wireFormat.maxFrameSize=104857600"/>
