@@ -807,7 +807,7 @@ art_fetch() {
 # art_create: the instance under $ART_INST (again when the version or ART_CREATE_ARGS changed).
 art_create() {
     local want t0 out
-    want="version=$ART_VERSION args=${ART_CREATE_ARGS[*]}"
+    want="version=$ART_VERSION args=${ART_CREATE_ARGS[*]} edits=guest-credentialsInvalidate"
     if [ -s "$ART_INST/etc/broker.xml.created" ] && [ "$(cat "$ART_INST/.stompfast-create" 2>/dev/null)" = "$want" ]; then
         return 0
     fi
@@ -815,6 +815,12 @@ art_create() {
     rm -rf "$ART_INST"
     out=$("$ART_HOME/bin/artemis" create "${ART_CREATE_ARGS[@]}" "$ART_INST" 2>&1 </dev/null 9>&-) \
         || { printf '%s\n' "$out" >&2; die "artemis create failed"; }
+    # --allow-anonymous lets the guest module log in ANY failed login too (guest/wrong would be
+    # accepted): credentialsInvalidate=true keeps it for logins without a passcode only.
+    sed -i 's/^\( *org\.apache\.activemq\.artemis\.spi\.core\.security\.jaas\.GuestLoginModule sufficient\)$/\1\n       credentialsInvalidate=true/' \
+        "$ART_INST/etc/login.config"
+    grep -q '^ *credentialsInvalidate=true$' "$ART_INST/etc/login.config" \
+        || die "could not edit $ART_INST/etc/login.config (no GuestLoginModule line: another Artemis version?)"
     cp "$ART_INST/etc/broker.xml" "$ART_INST/etc/broker.xml.created"
     echo "$want" >"$ART_INST/.stompfast-create"
     say "created the Artemis $ART_VERSION instance $ART_INST in $(since "$t0") s"
