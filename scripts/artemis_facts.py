@@ -2,7 +2,8 @@
 
 Stdlib only. Usage: python scripts/artemis_facts.py [a b c d e f g auth] (default: all).
 Ports from STOMPFAST_ARTEMIS_PORT / STOMPFAST_ARTEMIS_PREFIX_PORT (61618 / 61619).
-Destinations get a per-run suffix, so runs do not see each other's messages.
+Destinations get a per-run suffix, so runs do not see each other's messages. Heart-beat counts
+include the EOL Artemis writes after every frame's NUL. Not a test: evidence for docs/notes.
 """
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ def routing(label: str, port: int, q_pre: str, q_two: str, send_h: Dict[str, str
           % (label, q_pre, len(msgs), [f[0] for f in got]))
     c.close()
     subs = []
-    for i in range(2):
+    for _ in range(2):
         s = Conn(port)
         s.send("SUBSCRIBE", dict({"id": "0", "destination": q_two, "ack": "auto", "receipt": "sub"}, **sub_h))
         r = s.read(5)
@@ -441,7 +442,8 @@ def fact_e() -> None:
         w.sock.close()
     # two STOMP frames in one WS message
     w = ws_connected()
-    w.stomp(encode("SEND", {"destination": q, "receipt": "one"}, b"1") + encode("SEND", {"destination": q, "receipt": "two"}, b"2"))
+    w.stomp(encode("SEND", {"destination": q, "receipt": "one"}, b"1")
+            + encode("SEND", {"destination": q, "receipt": "two"}, b"2"))
     print("two SEND frames in one WS message ->", [show(f, 10) for f in w.read(2)])
     w.sock.close()
     # heart-beat over WS
@@ -449,7 +451,8 @@ def fact_e() -> None:
     w.stomp(encode("CONNECT", {"accept-version": "1.2", "host": "/", "login": "guest", "passcode": "guest",
                                "heart-beat": "0,500"}))
     got = w.read(3)
-    print("WS CONNECT heart-beat:0,500 -> %s; server beats in 3 s: %d" % (show(got[0]) if got else None, w.parser.beats))
+    print("WS CONNECT heart-beat:0,500 -> %s; server beats in 3 s: %d"
+          % (show(got[0]) if got else None, w.parser.beats))
     w.sock.close()
 
 

@@ -2,18 +2,21 @@
 # Real STOMP brokers on loopback for stompfast's integration tests (used by .ci/run and by hand).
 #
 # Usage:
-#   scripts/brokers.sh start   [rabbitmq|activemq|all]  install what is missing, start, wait for STOMP
-#   scripts/brokers.sh stop    [activemq|rabbitmq|all]  see "What stop does" below
-#   scripts/brokers.sh restart [rabbitmq|activemq|all]  quick bounce (for tests that kill a broker mid-test)
-#   scripts/brokers.sh status  [rabbitmq|activemq|all]  readiness of each broker; exit 0 only if all ready
-#   scripts/brokers.sh env                              `export STOMPFAST_..._URL=...` lines, for eval
-#   scripts/brokers.sh logs    [rabbitmq|activemq]      tail of the broker's log
+#   scripts/brokers.sh start   [rabbitmq|activemq|artemis|all]  install what is missing, start, wait for STOMP
+#   scripts/brokers.sh stop    [activemq|artemis|rabbitmq|all]  see "What stop does" below
+#   scripts/brokers.sh restart [rabbitmq|activemq|artemis|all]  quick bounce (for tests that kill a broker mid-test)
+#   scripts/brokers.sh status  [rabbitmq|activemq|artemis|all]  readiness of each broker; exit 0 only if all
+#                                                               ready (3 otherwise)
+#   scripts/brokers.sh env                                      `export STOMPFAST_..._URL=...` lines, for eval
+#   scripts/brokers.sh logs    [rabbitmq|activemq|artemis]      tail of the broker's log
+# No broker name means all three (for stop: ActiveMQ and Artemis, see below).
 #
 #   eval "$(scripts/brokers.sh env)"   # then run the integration tests
 #
 # Readiness means a STOMP CONNECT (accept-version:1.2, host:/, guest/guest) on the port is answered
-# by a CONNECTED frame, not merely an open TCP port; ActiveMQ is ready only when both its ports are.
-# A broker this script did not start that answers on both ActiveMQ ports is reused; one that answers
+# by a CONNECTED frame, not merely an open TCP port; ActiveMQ and Artemis are ready only when both
+# their ports are. A broker this script did not start that answers on both ActiveMQ (or both
+# Artemis) ports is reused; one that answers
 # on only one of them is not: `start` exits 1 and `status` says NOT READY, with the same explanation. `start` and `restart` wait for it up to
 # STOMPFAST_BROKERS_TIMEOUT seconds and exit non-zero (with the tail of the broker's log) otherwise.
 # Everything listens on 127.0.0.1 only.
@@ -45,18 +48,38 @@
 #   one private instance, non-persistent, no JMX, config/data/log/pid under $STOMPFAST_BROKERS_DIR
 #   (default <repo>/.brokers, git-ignored), STOMP on 61614 (plain) and 61615 (stomp+nio), max frame
 #   100 MiB, any login accepted. No WebSocket: Debian's package ships no jetty/activemq-http.
-#
+# ActiveMQ Artemis (org.apache.activemq:apache-artemis:$STOMPFAST_ARTEMIS_VERSION:tar.gz:bin, 2.40.0):
+#   the first `start` fetches the distribution with Maven (`mvn dependency:copy`, from Maven Central;
+#   about 10-20 s) and caches the tarball and the unpacked tree under $STOMPFAST_BROKERS_DIR/artemis/dist/,
+#   so later starts are offline; then `artemis create --silent` makes an instance in artemis/instance/
+#   (again when the version changes): non-persistent, no web console, user guest/guest, and
+#   anonymous logins (no passcode) accepted as guest, a wrong passcode refused (the guest login
+#   module gets credentialsInvalidate=true). Every start rewrites etc/broker.xml from what create wrote
+#   (etc/broker.xml.created): only two acceptors, both on 127.0.0.1 (none of Artemis's defaults:
+#   61616, 5672, 61613, 5445, 1883), the stock STOMP acceptor of `artemis create`
+#   (protocols=STOMP, nothing else changed) on 61618, and the same with
+#   anycastPrefix=/queue/;multicastPrefix=/topic/ on 61619. STOMP over WebSocket is that stock
+#   acceptor too (its netty acceptor answers an HTTP upgrade on any path; subprotocols v10.stomp,
+#   v11.stomp, v12.stomp; at most 65,536 bytes per WebSocket frame): ws://127.0.0.1:61618/.
+#   Started in the background with `bin/artemis run` (setsid; log artemis/artemis.log, pid file
+#   artemis/artemis.pid), heap -Xms64m -Xmx512m. Ready when both ports answer CONNECT and the
+#   WebSocket upgrade is accepted; the readiness timeout does not count the download.
+#   Needs java 17+ on PATH and, for the first start of a version, mvn.#
 # What stop does:
 #   stop activemq  SIGTERM to the instance this script started (pid file, or its unique config path
 #                  on the command line), SIGKILL after STOMPFAST_ACTIVEMQ_STOP_TIMEOUT seconds.
 #   stop rabbitmq  `rabbitmqctl stop_app`: the Erlang node stays up, every listener (AMQP, STOMP,
 #                  Web-STOMP) closes and every connection is dropped; `start rabbitmq` brings it back
 #                  with `start_app` in a second or two. The node itself is never shut down.
-#   stop / stop all  ActiveMQ only. RabbitMQ is a machine-wide service; stop it only by name.
+#   stop artemis   SIGTERM to the instance this script started (pid file, or -Dartemis.instance=<our
+#                  instance> on a java command line), SIGKILL after STOMPFAST_ARTEMIS_STOP_TIMEOUT s.
+#   stop / stop all  ActiveMQ and Artemis. RabbitMQ is a machine-wide service; stop it only by name.
 # What restart does:
 #   restart rabbitmq  `rabbitmqctl stop_app && rabbitmqctl start_app` (starts the node if it is down),
 #                     then waits for STOMP again. Non-durable queues and all connections are lost.
 #   restart activemq  stop activemq + start activemq (non-persistent: every message is lost).
+#   restart artemis   stop artemis + start artemis (non-persistent: every message is lost); about
+#                     2 s to stop and 8-12 s to be ready again on this 2-core machine under load.
 #
 # Environment overrides (defaults in brackets):
 #   STOMPFAST_RABBITMQ_PORT      [61613]  RabbitMQ STOMP port
@@ -65,9 +88,14 @@
 #   STOMPFAST_ACTIVEMQ_PORT      [61614]  ActiveMQ STOMP port
 #   STOMPFAST_ACTIVEMQ_NIO_PORT  [61615]  ActiveMQ stomp+nio port
 #   STOMPFAST_BROKERS_TIMEOUT    [120]    seconds to wait for readiness in start/restart
-#   STOMPFAST_BROKERS_DIR        [<repo>/.brokers]  ActiveMQ instance directory, tls/, lock file, apt log
+#   STOMPFAST_BROKERS_DIR        [<repo>/.brokers]  ActiveMQ and Artemis instances, tls/, lock file, apt log
 #   STOMPFAST_ACTIVEMQ_JAVA_OPTS [-Xms64m -Xmx1g]   extra JVM options for ActiveMQ
 #   STOMPFAST_ACTIVEMQ_STOP_TIMEOUT [20]  seconds between SIGTERM and SIGKILL
+#   STOMPFAST_ARTEMIS_PORT       [61618]  Artemis STOMP port, stock acceptor (also STOMP over WebSocket)
+#   STOMPFAST_ARTEMIS_PREFIX_PORT [61619] Artemis STOMP port with the /queue/ and /topic/ prefixes
+#   STOMPFAST_ARTEMIS_VERSION    [2.40.0] Artemis version fetched from Maven Central
+#   STOMPFAST_ARTEMIS_JAVA_OPTS  [-Xms64m -Xmx512m]  extra JVM options for Artemis (after the profile's)
+#   STOMPFAST_ARTEMIS_STOP_TIMEOUT [20]   seconds between SIGTERM and SIGKILL
 #   PYTHON                       [python3]  any Python 3 (stdlib only) for the readiness probe
 # `env` prints, from the same settings:
 #   STOMPFAST_RABBITMQ_URL=stomp://guest:guest@127.0.0.1:61613/
@@ -77,6 +105,9 @@
 #   STOMPFAST_TLS_BAD_CA=<brokers dir>/tls/bad-ca.pem   a CA that signed nothing the brokers use
 #   STOMPFAST_ACTIVEMQ_URL=stomp://guest:guest@127.0.0.1:61614/
 #   STOMPFAST_ACTIVEMQ_NIO_URL=stomp://guest:guest@127.0.0.1:61615/
+#   STOMPFAST_ARTEMIS_URL=stomp://guest:guest@127.0.0.1:61618/
+#   STOMPFAST_ARTEMIS_PREFIX_URL=stomp://guest:guest@127.0.0.1:61619/
+#   STOMPFAST_ARTEMIS_WS_URL=ws://guest:guest@127.0.0.1:61618/
 #   STOMPFAST_BROKERS_SCRIPT=<absolute path of this script>   (tests call `$it restart rabbitmq`)
 set -euo pipefail
 
@@ -961,7 +992,7 @@ export STOMPFAST_BROKERS_SCRIPT=$SCRIPT
 EOF
 }
 
-# Serialize start/stop/restart (two ActiveMQs, or start_app racing stop_app, would be bad).
+# Serialize start/stop/restart (two ActiveMQs or Artemises, or start_app racing stop_app, would be bad).
 # Long-lived children (java, the Erlang node, dpkg's daemons) are started with fd 9 closed.
 lock() {
     mkdir -p "$BROKERS_DIR"
