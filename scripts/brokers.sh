@@ -2,18 +2,21 @@
 # Real STOMP brokers on loopback for stompfast's integration tests (used by .ci/run and by hand).
 #
 # Usage:
-#   scripts/brokers.sh start   [rabbitmq|activemq|all]  install what is missing, start, wait for STOMP
-#   scripts/brokers.sh stop    [activemq|rabbitmq|all]  see "What stop does" below
-#   scripts/brokers.sh restart [rabbitmq|activemq|all]  quick bounce (for tests that kill a broker mid-test)
-#   scripts/brokers.sh status  [rabbitmq|activemq|all]  readiness of each broker; exit 0 only if all ready
-#   scripts/brokers.sh env                              `export STOMPFAST_..._URL=...` lines, for eval
-#   scripts/brokers.sh logs    [rabbitmq|activemq]      tail of the broker's log
+#   scripts/brokers.sh start   [rabbitmq|activemq|artemis|all]  install what is missing, start, wait for STOMP
+#   scripts/brokers.sh stop    [activemq|artemis|rabbitmq|all]  see "What stop does" below
+#   scripts/brokers.sh restart [rabbitmq|activemq|artemis|all]  quick bounce (for tests that kill a broker mid-test)
+#   scripts/brokers.sh status  [rabbitmq|activemq|artemis|all]  readiness of each broker; exit 0 only if all
+#                                                               ready (3 otherwise)
+#   scripts/brokers.sh env                                      `export STOMPFAST_..._URL=...` lines, for eval
+#   scripts/brokers.sh logs    [rabbitmq|activemq|artemis]      tail of the broker's log
+# No broker name means all three (for stop: ActiveMQ and Artemis, see below).
 #
 #   eval "$(scripts/brokers.sh env)"   # then run the integration tests
 #
 # Readiness means a STOMP CONNECT (accept-version:1.2, host:/, guest/guest) on the port is answered
-# by a CONNECTED frame, not merely an open TCP port; ActiveMQ is ready only when both its ports are.
-# A broker this script did not start that answers on both ActiveMQ ports is reused; one that answers
+# by a CONNECTED frame, not merely an open TCP port; ActiveMQ and Artemis are ready only when both
+# their ports are. A broker this script did not start that answers on both ActiveMQ (or both
+# Artemis) ports is reused; one that answers
 # on only one of them is not: `start` exits 1 and `status` says NOT READY, with the same explanation. `start` and `restart` wait for it up to
 # STOMPFAST_BROKERS_TIMEOUT seconds and exit non-zero (with the tail of the broker's log) otherwise.
 # Everything listens on 127.0.0.1 only.
@@ -46,18 +49,38 @@
 #   one private instance, non-persistent, no JMX, config/data/log/pid under $STOMPFAST_BROKERS_DIR
 #   (default <repo>/.brokers, git-ignored), STOMP on 61614 (plain) and 61615 (stomp+nio), max frame
 #   100 MiB, any login accepted. No WebSocket: Debian's package ships no jetty/activemq-http.
-#
+# ActiveMQ Artemis (org.apache.activemq:apache-artemis:$STOMPFAST_ARTEMIS_VERSION:tar.gz:bin, 2.40.0):
+#   the first `start` fetches the distribution with Maven (`mvn dependency:copy`, from Maven Central;
+#   about 10-20 s) and caches the tarball and the unpacked tree under $STOMPFAST_BROKERS_DIR/artemis/dist/,
+#   so later starts are offline; then `artemis create --silent` makes an instance in artemis/instance/
+#   (again when the version changes): non-persistent, no web console, user guest/guest, and
+#   anonymous logins (no passcode) accepted as guest, a wrong passcode refused (the guest login
+#   module gets credentialsInvalidate=true). Every start rewrites etc/broker.xml from what create wrote
+#   (etc/broker.xml.created): only two acceptors, both on 127.0.0.1 (none of Artemis's defaults:
+#   61616, 5672, 61613, 5445, 1883), the stock STOMP acceptor of `artemis create`
+#   (protocols=STOMP, nothing else changed) on 61618, and the same with
+#   anycastPrefix=/queue/;multicastPrefix=/topic/ on 61619. STOMP over WebSocket is that stock
+#   acceptor too (its netty acceptor answers an HTTP upgrade on any path; subprotocols v10.stomp,
+#   v11.stomp, v12.stomp; at most 65,536 bytes per WebSocket frame): ws://127.0.0.1:61618/.
+#   Started in the background with `bin/artemis run` (setsid; log artemis/artemis.log, pid file
+#   artemis/artemis.pid), heap -Xms64m -Xmx512m. Ready when both ports answer CONNECT and the
+#   WebSocket upgrade is accepted; the readiness timeout does not count the download.
+#   Needs java 17+ on PATH and, for the first start of a version, mvn.#
 # What stop does:
 #   stop activemq  SIGTERM to the instance this script started (pid file, or its unique config path
 #                  on the command line), SIGKILL after STOMPFAST_ACTIVEMQ_STOP_TIMEOUT seconds.
 #   stop rabbitmq  `rabbitmqctl stop_app`: the Erlang node stays up, every listener (AMQP, STOMP,
 #                  Web-STOMP) closes and every connection is dropped; `start rabbitmq` brings it back
 #                  with `start_app` in a second or two. The node itself is never shut down.
-#   stop / stop all  ActiveMQ only. RabbitMQ is a machine-wide service; stop it only by name.
+#   stop artemis   SIGTERM to the instance this script started (pid file, or -Dartemis.instance=<our
+#                  instance> on a java command line), SIGKILL after STOMPFAST_ARTEMIS_STOP_TIMEOUT s.
+#   stop / stop all  ActiveMQ and Artemis. RabbitMQ is a machine-wide service; stop it only by name.
 # What restart does:
 #   restart rabbitmq  `rabbitmqctl stop_app && rabbitmqctl start_app` (starts the node if it is down),
 #                     then waits for STOMP again. Non-durable queues and all connections are lost.
 #   restart activemq  stop activemq + start activemq (non-persistent: every message is lost).
+#   restart artemis   stop artemis + start artemis (non-persistent: every message is lost); about
+#                     2 s to stop and 8-12 s to be ready again on this 2-core machine under load.
 #
 # Environment overrides (defaults in brackets):
 #   STOMPFAST_RABBITMQ_PORT      [61613]  RabbitMQ STOMP port
@@ -66,9 +89,14 @@
 #   STOMPFAST_ACTIVEMQ_PORT      [61614]  ActiveMQ STOMP port
 #   STOMPFAST_ACTIVEMQ_NIO_PORT  [61615]  ActiveMQ stomp+nio port
 #   STOMPFAST_BROKERS_TIMEOUT    [120]    seconds to wait for readiness in start/restart
-#   STOMPFAST_BROKERS_DIR        [<repo>/.brokers]  ActiveMQ instance directory, tls/, lock file, apt log
+#   STOMPFAST_BROKERS_DIR        [<repo>/.brokers]  ActiveMQ and Artemis instances, tls/, lock file, apt log
 #   STOMPFAST_ACTIVEMQ_JAVA_OPTS [-Xms64m -Xmx1g]   extra JVM options for ActiveMQ
 #   STOMPFAST_ACTIVEMQ_STOP_TIMEOUT [20]  seconds between SIGTERM and SIGKILL
+#   STOMPFAST_ARTEMIS_PORT       [61618]  Artemis STOMP port, stock acceptor (also STOMP over WebSocket)
+#   STOMPFAST_ARTEMIS_PREFIX_PORT [61619] Artemis STOMP port with the /queue/ and /topic/ prefixes
+#   STOMPFAST_ARTEMIS_VERSION    [2.40.0] Artemis version fetched from Maven Central
+#   STOMPFAST_ARTEMIS_JAVA_OPTS  [-Xms64m -Xmx512m]  extra JVM options for Artemis (after the profile's)
+#   STOMPFAST_ARTEMIS_STOP_TIMEOUT [20]   seconds between SIGTERM and SIGKILL
 #   PYTHON                       [python3]  any Python 3 (stdlib only) for the readiness probe
 # `env` prints, from the same settings:
 #   STOMPFAST_RABBITMQ_URL=stomp://guest:guest@127.0.0.1:61613/
@@ -78,6 +106,9 @@
 #   STOMPFAST_TLS_BAD_CA=<brokers dir>/tls/bad-ca.pem   a CA that signed nothing the brokers use
 #   STOMPFAST_ACTIVEMQ_URL=stomp://guest:guest@127.0.0.1:61614/
 #   STOMPFAST_ACTIVEMQ_NIO_URL=stomp://guest:guest@127.0.0.1:61615/
+#   STOMPFAST_ARTEMIS_URL=stomp://guest:guest@127.0.0.1:61618/
+#   STOMPFAST_ARTEMIS_PREFIX_URL=stomp://guest:guest@127.0.0.1:61619/
+#   STOMPFAST_ARTEMIS_WS_URL=ws://guest:guest@127.0.0.1:61618/
 #   STOMPFAST_BROKERS_SCRIPT=<absolute path of this script>   (tests call `$it restart rabbitmq`)
 set -euo pipefail
 
@@ -94,10 +125,19 @@ TIMEOUT=${STOMPFAST_BROKERS_TIMEOUT:-120}
 BROKERS_DIR=${STOMPFAST_BROKERS_DIR:-$REPO/.brokers}
 AMQ_JAVA_OPTS=${STOMPFAST_ACTIVEMQ_JAVA_OPTS:--Xms64m -Xmx1g}
 AMQ_STOP_TIMEOUT=${STOMPFAST_ACTIVEMQ_STOP_TIMEOUT:-20}
+ART_PORT=${STOMPFAST_ARTEMIS_PORT:-61618}
+ART_PREFIX_PORT=${STOMPFAST_ARTEMIS_PREFIX_PORT:-61619}
+ART_VERSION=${STOMPFAST_ARTEMIS_VERSION:-2.40.0}
+ART_JAVA_OPTS=${STOMPFAST_ARTEMIS_JAVA_OPTS:--Xms64m -Xmx512m}
+ART_STOP_TIMEOUT=${STOMPFAST_ARTEMIS_STOP_TIMEOUT:-20}
+ART_RESTART_KILL_AFTER=$ART_STOP_TIMEOUT
 PY=${PYTHON:-python3}
-for v in RABBIT_PORT RABBIT_WS_PORT RABBIT_TLS_PORT AMQ_PORT AMQ_NIO_PORT TIMEOUT AMQ_STOP_TIMEOUT; do
+for v in RABBIT_PORT RABBIT_WS_PORT RABBIT_TLS_PORT AMQ_PORT AMQ_NIO_PORT TIMEOUT AMQ_STOP_TIMEOUT \
+         ART_PORT ART_PREFIX_PORT ART_STOP_TIMEOUT; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "brokers: ERROR: $v must be a positive integer, not '${!v}'" >&2; exit 1; }
 done
+[[ $ART_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] \
+    || { echo "brokers: ERROR: STOMPFAST_ARTEMIS_VERSION must look like 2.40.0, not '$ART_VERSION'" >&2; exit 1; }
 
 TLS_DIR=$BROKERS_DIR/tls
 case $TLS_DIR in /*) ;; *) TLS_DIR=$PWD/$TLS_DIR ;; esac
@@ -111,11 +151,23 @@ AMQ_DATA=$AMQ_DIR/data
 AMQ_PIDFILE=$AMQ_DIR/activemq.pid
 AMQ_LOG=$AMQ_DIR/activemq.log
 
+ART_DIR=$BROKERS_DIR/artemis
+case $ART_DIR in /*) ;; *) ART_DIR=$PWD/$ART_DIR ;; esac
+ART_DIST=$ART_DIR/dist
+ART_TGZ=$ART_DIST/apache-artemis-$ART_VERSION-bin.tar.gz
+ART_HOME=$ART_DIST/apache-artemis-$ART_VERSION
+ART_INST=$ART_DIR/instance
+ART_PIDFILE=$ART_DIR/artemis.pid
+ART_LOG=$ART_DIR/artemis.log
+
 rabbit_url()     { echo "stomp://guest:guest@$HOST:$RABBIT_PORT/"; }
 rabbit_ws_url()  { echo "ws://guest:guest@$HOST:$RABBIT_WS_PORT/ws"; }
 rabbit_tls_url() { echo "stomp+ssl://guest:guest@$HOST:$RABBIT_TLS_PORT/"; }
 amq_url()        { echo "stomp://guest:guest@$HOST:$AMQ_PORT/"; }
 amq_nio_url()    { echo "stomp://guest:guest@$HOST:$AMQ_NIO_PORT/"; }
+art_url()        { echo "stomp://guest:guest@$HOST:$ART_PORT/"; }
+art_prefix_url() { echo "stomp://guest:guest@$HOST:$ART_PREFIX_PORT/"; }
+art_ws_url()     { echo "ws://guest:guest@$HOST:$ART_PORT/"; }
 
 say()  { printf 'brokers: %s\n' "$*" >&2; }
 die()  { printf 'brokers: ERROR: %s\n' "$*" >&2; exit 1; }
@@ -178,12 +230,13 @@ sys.exit(1)
 WS_PROBE='
 import socket, sys
 host, port, tmo = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+path = sys.argv[4] if len(sys.argv) > 4 else "/ws"
 try:
     s = socket.create_connection((host, port), timeout=tmo)
     s.settimeout(tmo)
-    s.sendall(("GET /ws HTTP/1.1\r\nHost: %s:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    s.sendall(("GET %s HTTP/1.1\r\nHost: %s:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
-               "Sec-WebSocket-Protocol: v12.stomp\r\n\r\n" % (host, port)).encode())
+               "Sec-WebSocket-Protocol: v12.stomp\r\n\r\n" % (path, host, port)).encode())
     buf = b""
     while b"\r\n\r\n" not in buf and len(buf) < 65536:
         d = s.recv(4096)
@@ -202,6 +255,7 @@ print("HTTP upgrade answered %r" % (status or "nothing")); sys.exit(1)
 stomp_probe() { "$PY" -c "$STOMP_PROBE" "$HOST" "$1" "${2:-3}"; }
 tls_probe()   { "$PY" -c "$STOMP_PROBE" "$HOST" "$1" "${2:-3}" "$TLS_DIR/ca.pem"; }
 ws_probe()    { "$PY" -c "$WS_PROBE" "$HOST" "$1" "${2:-3}"; }
+art_ws_probe() { "$PY" -c "$WS_PROBE" "$HOST" "$1" "${2:-3}" /; }
 
 # wait_ready KIND PORT DEADLINE [ALIVE_FN]: retry the probe until it passes or the deadline
 # (epoch seconds) passes; ALIVE_FN, if given, aborts early when the broker process has died.
@@ -686,22 +740,30 @@ amq_stop() {
     echo "activemq stopped (pid $pid)  $(since "$t0")s"
 }
 
-# amq_one_port PID: when STOMP answers on exactly one of ActiveMQ's two ports, print why that is
-# not a usable broker (the words `start` dies with and `status` shows) and succeed; else fail.
-# PID is the instance this script started, if any (then it may still be opening the other port).
-amq_one_port() {
-    local pid=$1 up="" down="" reason
-    if stomp_probe "$AMQ_PORT" 2 >/dev/null; then up=$AMQ_PORT; else down=$AMQ_PORT; fi
-    if reason=$(stomp_probe "$AMQ_NIO_PORT" 2); then up+=${up:+ }$AMQ_NIO_PORT
-    else down+=${down:+ }$AMQ_NIO_PORT; fi
+# half_broker NAME DISPLAY PID PORT1 PORT2: when STOMP answers on exactly one of a broker's two
+# ports, print why that is not a usable broker (the words `start` dies with and `status` shows)
+# and succeed; else fail. PID is the instance this script started, if any (then it may still be
+# opening the other port). NAME is the script's name for the broker (activemq, artemis).
+half_broker() {
+    local name=$1 display=$2 pid=$3 p1=$4 p2=$5 up="" down="" reason vars
+    if stomp_probe "$p1" 2 >/dev/null; then up=$p1; else down=$p1; fi
+    if reason=$(stomp_probe "$p2" 2); then up+=${up:+ }$p2
+    else down+=${down:+ }$p2; fi
     [ -n "$up" ] && [ -n "$down" ] || return 1
-    [ "$down" = "$AMQ_NIO_PORT" ] || reason=$(stomp_probe "$down" 2 || true)
+    [ "$down" = "$p2" ] || reason=$(stomp_probe "$down" 2 || true)
+    case $name in
+        activemq) vars=STOMPFAST_ACTIVEMQ_PORT/STOMPFAST_ACTIVEMQ_NIO_PORT ;;
+        *)        vars=STOMPFAST_ARTEMIS_PORT/STOMPFAST_ARTEMIS_PREFIX_PORT ;;
+    esac
     if [ -n "$pid" ]; then
-        echo "STOMP answers on $HOST:$up but not on $HOST:$down ($reason): the ActiveMQ this script started (pid $pid) is still opening it, or lost it (see: $0 logs activemq)"
+        echo "STOMP answers on $HOST:$up but not on $HOST:$down ($reason): the $display this script started (pid $pid) is still opening it, or lost it (see: $0 logs $name)"
     else
-        echo "something not started by this script answers STOMP on $HOST:$up but not on $HOST:$down ($reason): half a broker is not reused (the tests need both ports); stop it or set STOMPFAST_ACTIVEMQ_PORT/STOMPFAST_ACTIVEMQ_NIO_PORT"
+        echo "something not started by this script answers STOMP on $HOST:$up but not on $HOST:$down ($reason): half a broker is not reused (the tests need both ports); stop it or set $vars"
     fi
 }
+
+# amq_one_port PID: half_broker for ActiveMQ's two ports.
+amq_one_port() { half_broker activemq ActiveMQ "$1" "$AMQ_PORT" "$AMQ_NIO_PORT"; }
 
 amq_status() {
     local pid msg nio_msg r=0 own
@@ -723,6 +785,206 @@ amq_status() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# Artemis
+
+# What `artemis create` is given (recorded in the instance; another set, or another version,
+# makes `start` create the instance again). The acceptors are rewritten on every start.
+ART_CREATE_ARGS=(--silent --force --name stompfast --host "$HOST" --user guest --password guest
+                 --allow-anonymous --role amq --no-web --no-amqp-acceptor --no-hornetq-acceptor
+                 --no-mqtt-acceptor --disable-persistence --no-autotune --java-memory 512M)
+
+# Rewrites etc/broker.xml from etc/broker.xml.created (what `artemis create` wrote): its
+# <acceptors> become two STOMP acceptors on loopback, the stock one (the "stomp" acceptor line of
+# `artemis create`, only host and port changed) and a copy with the /queue/ and /topic/ prefixes.
+ART_XML_EDIT='
+import os, re, sys
+src, dst, host, port, prefix_port = sys.argv[1:6]
+with open(src, encoding="utf-8") as f:
+    xml = f.read()
+m = re.search(r"<acceptor name=\"stomp\">tcp://[^<?]*\?([^<]*)</acceptor>", xml)
+if not m or "protocols=STOMP" not in m.group(1).split(";"):
+    print("no stock STOMP acceptor (protocols=STOMP) in %s" % src); sys.exit(1)
+params = m.group(1)
+acceptors = """<acceptors>
+         <!-- Written by scripts/brokers.sh on every start from broker.xml.created (what artemis
+              create wrote); edit the script, not this file. The stock STOMP acceptor, and the same
+              with the /queue/ and /topic/ prefixes. Nothing else listens. -->
+         <acceptor name="stomp">tcp://%s:%s?%s</acceptor>
+         <acceptor name="stomp-prefixed">tcp://%s:%s?%s;anycastPrefix=/queue/;multicastPrefix=/topic/</acceptor>
+      </acceptors>""" % (host, port, params, host, prefix_port, params)
+xml, n = re.subn(r"<acceptors>.*?</acceptors>", lambda _: acceptors, xml, count=1, flags=re.S)
+if n != 1:
+    print("no <acceptors> element in %s" % src); sys.exit(1)
+with open(dst + ".tmp", "w", encoding="utf-8") as f:
+    f.write(xml)
+os.replace(dst + ".tmp", dst)
+'
+
+# art_fetch: the distribution, unpacked under $ART_DIST (once per version; later starts are offline).
+art_fetch() {
+    local t0 tmp log=$ART_DIR/fetch.log
+    [ -x "$ART_HOME/bin/artemis" ] && return 0
+    mkdir -p "$ART_DIST"
+    t0=$(now)
+    if [ ! -s "$ART_TGZ" ]; then
+        command -v mvn >/dev/null 2>&1 || die "Artemis $ART_VERSION is not cached in $ART_DIST and mvn is not on PATH (install Debian's maven, or put $(basename "$ART_TGZ") there)"
+        say "fetching org.apache.activemq:apache-artemis:$ART_VERSION:tar.gz:bin with Maven (log: $log)"
+        tmp=$(mktemp -d "$ART_DIST/fetch.XXXXXX")
+        if ! mvn -q -B dependency:copy "-Dartifact=org.apache.activemq:apache-artemis:$ART_VERSION:tar.gz:bin" \
+                "-DoutputDirectory=$tmp" >"$log" 2>&1 </dev/null 9>&- \
+           || [ ! -s "$tmp/$(basename "$ART_TGZ")" ]; then
+            rm -rf "$tmp"; tail -n 30 "$log" >&2
+            die "could not fetch Artemis $ART_VERSION with Maven (full log: $log)"
+        fi
+        mv "$tmp/$(basename "$ART_TGZ")" "$ART_TGZ"; rm -rf "$tmp"
+        say "fetched $(basename "$ART_TGZ") ($(du -h "$ART_TGZ" | cut -f1)) in $(since "$t0") s"
+    fi
+    tmp=$(mktemp -d "$ART_DIST/unpack.XXXXXX")
+    tar -xzf "$ART_TGZ" -C "$tmp" && [ -x "$tmp/apache-artemis-$ART_VERSION/bin/artemis" ] \
+        || { rm -rf "$tmp"; die "$ART_TGZ did not unpack to apache-artemis-$ART_VERSION/bin/artemis (delete it to fetch again)"; }
+    rm -rf "$ART_HOME"; mv "$tmp/apache-artemis-$ART_VERSION" "$ART_HOME"; rm -rf "$tmp"
+}
+
+# art_create: the instance under $ART_INST (again when the version or ART_CREATE_ARGS changed).
+art_create() {
+    local want t0 out
+    want="version=$ART_VERSION args=${ART_CREATE_ARGS[*]} edits=guest-credentialsInvalidate"
+    if [ -s "$ART_INST/etc/broker.xml.created" ] && [ "$(cat "$ART_INST/.stompfast-create" 2>/dev/null)" = "$want" ]; then
+        return 0
+    fi
+    t0=$(now)
+    rm -rf "$ART_INST"
+    out=$("$ART_HOME/bin/artemis" create "${ART_CREATE_ARGS[@]}" "$ART_INST" 2>&1 </dev/null 9>&-) \
+        || { printf '%s\n' "$out" >&2; die "artemis create failed"; }
+    # --allow-anonymous lets the guest module log in ANY failed login too (guest/wrong would be
+    # accepted): credentialsInvalidate=true keeps it for logins without a passcode only.
+    sed -i 's/^\( *org\.apache\.activemq\.artemis\.spi\.core\.security\.jaas\.GuestLoginModule sufficient\)$/\1\n       credentialsInvalidate=true/' \
+        "$ART_INST/etc/login.config"
+    grep -q '^ *credentialsInvalidate=true$' "$ART_INST/etc/login.config" \
+        || die "could not edit $ART_INST/etc/login.config (no GuestLoginModule line: another Artemis version?)"
+    cp "$ART_INST/etc/broker.xml" "$ART_INST/etc/broker.xml.created"
+    echo "$want" >"$ART_INST/.stompfast-create"
+    say "created the Artemis $ART_VERSION instance $ART_INST in $(since "$t0") s"
+}
+
+# The pid of the Artemis this script started: the pid file, or the java process whose command
+# line names our instance. Prints nothing if none.
+art_pid() {
+    local pid cmd p
+    if [ -r "$ART_PIDFILE" ]; then
+        pid=$(cat "$ART_PIDFILE" 2>/dev/null || true)
+        if [ -n "$pid" ] && cmd=$({ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null) \
+           && [[ $cmd == *"-Dartemis.instance=$ART_INST "* ]]; then
+            echo "$pid"; return
+        fi
+    fi
+    for p in /proc/[0-9]*; do
+        cmd=$({ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null) || continue
+        if [[ $cmd == *java*"-Dartemis.instance=$ART_INST "* ]]; then echo "${p#/proc/}"; return; fi
+    done
+}
+
+ART_RUNNING_PID=""
+art_alive() { [ -n "$ART_RUNNING_PID" ] && kill -0 "$ART_RUNNING_PID" 2>/dev/null; }
+
+art_log_tail() {
+    [ -s "$ART_LOG" ] || return 0
+    echo "----- tail of $ART_LOG" >&2
+    tail -n "${1:-30}" "$ART_LOG" >&2
+}
+
+art_fail() { say "Artemis: $*"; art_log_tail 40; die "Artemis is not ready: $*"; }
+
+art_start() {
+    local t0 deadline pid reason port
+    t0=$(now)
+    pid=$(art_pid)
+    if [ -z "$pid" ]; then
+        # A broker another checkout started on these ports is reused; half of one is refused.
+        if stomp_probe "$ART_PORT" 2 >/dev/null && stomp_probe "$ART_PREFIX_PORT" 2 >/dev/null; then
+            printf 'artemis ready  %s  (prefixed %s, not started by this script: reused)  %ss\n' \
+                "$(art_url)" "$(art_prefix_url)" "$(since "$t0")"
+            return 0
+        fi
+        if reason=$(half_broker artemis Artemis "" "$ART_PORT" "$ART_PREFIX_PORT"); then die "$reason"; fi
+        for port in "$ART_PORT" "$ART_PREFIX_PORT"; do
+            if ! reason=$(stomp_probe "$port" 2) && [[ $reason != "TCP connect failed"* ]]; then
+                die "$HOST:$port is already in use ($reason); set STOMPFAST_ARTEMIS_PORT/STOMPFAST_ARTEMIS_PREFIX_PORT"
+            fi
+        done
+        command -v java >/dev/null 2>&1 || die "java is not on PATH (Artemis $ART_VERSION needs Java 17 or later)"
+        art_fetch
+        art_create
+        reason=$("$PY" -c "$ART_XML_EDIT" "$ART_INST/etc/broker.xml.created" "$ART_INST/etc/broker.xml" \
+                 "$HOST" "$ART_PORT" "$ART_PREFIX_PORT") || die "could not write $ART_INST/etc/broker.xml: $reason"
+        if [ -f "$ART_LOG" ] && [ "$(stat -c %s "$ART_LOG")" -gt 10000000 ]; then mv -f "$ART_LOG" "$ART_LOG.1"; fi
+        printf '\n===== %s brokers.sh: starting Artemis %s (stomp %s, prefixed %s)\n' \
+            "$(date -u +%FT%TZ)" "$ART_VERSION" "$ART_PORT" "$ART_PREFIX_PORT" >>"$ART_LOG"
+        # bin/artemis execs java, so $! is the broker's pid. JAVA_ARGS_APPEND comes after the
+        # profile's JAVA_ARGS (-Xms512M -Xmx512M): the last -Xms/-Xmx wins.
+        (cd "$ART_INST" && exec setsid env JAVA_ARGS_APPEND="$ART_JAVA_OPTS" "$ART_INST/bin/artemis" run \
+            >>"$ART_LOG" 2>&1 </dev/null 9>&-) &
+        pid=$!
+        echo "$pid" >"$ART_PIDFILE"
+        say "Artemis starting (pid $pid, log $ART_LOG)"
+    elif [ "$(cat "$ART_PIDFILE" 2>/dev/null || true)" != "$pid" ]; then
+        echo "$pid" >"$ART_PIDFILE"   # found by its command line
+    fi
+    ART_RUNNING_PID=$pid
+    deadline=$(awk -v n="$(now)" -v t="$TIMEOUT" 'BEGIN { printf "%.3f", n + t }')
+    wait_ready stomp "$ART_PORT" "$deadline" art_alive || art_fail "STOMP on $HOST:$ART_PORT not ready within ${TIMEOUT}s (last attempt: $LAST_REASON)"
+    wait_ready stomp "$ART_PREFIX_PORT" "$deadline" art_alive || art_fail "prefixed STOMP on $HOST:$ART_PREFIX_PORT not ready within ${TIMEOUT}s (last attempt: $LAST_REASON)"
+    wait_ready art_ws "$ART_PORT" "$deadline" art_alive || art_fail "STOMP over WebSocket on $(art_ws_url) not ready within ${TIMEOUT}s (last attempt: $LAST_REASON)"
+    printf 'artemis ready  %s  (prefixed %s, websocket %s, pid %s)  %ss\n' \
+        "$(art_url)" "$(art_prefix_url)" "$(art_ws_url)" "$pid" "$(since "$t0")"
+}
+
+# art_stop [KILL_AFTER]: SIGTERM, SIGKILL after KILL_AFTER seconds (default STOMPFAST_ARTEMIS_STOP_TIMEOUT).
+art_stop() {
+    local t0 pid i after=${1:-$ART_STOP_TIMEOUT} how=SIGTERM
+    t0=$(now); pid=$(art_pid)
+    if [ -z "$pid" ]; then
+        rm -f "$ART_PIDFILE"; echo "artemis not running (none started by this script)"; return 0
+    fi
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < after * 20; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        [ "$after" = 0 ] || say "Artemis (pid $pid) ignored SIGTERM for ${after}s: SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+        while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+        how=SIGKILL
+    fi
+    rm -f "$ART_PIDFILE"
+    echo "artemis stopped (pid $pid, $how)  $(since "$t0")s"
+}
+
+art_status() {
+    local pid msg r=0 own
+    pid=$(art_pid)
+    own=${pid:+pid $pid}
+    if msg=$(half_broker artemis Artemis "$pid" "$ART_PORT" "$ART_PREFIX_PORT"); then
+        printf 'artemis NOT READY   %s: %s' "$(art_url)" "$msg"; r=1
+    else
+        if msg=$(stomp_probe "$ART_PORT" 3); then
+            printf 'artemis ready       %s' "$(art_url)"
+        else
+            printf 'artemis NOT READY   %s: %s' "$(art_url)" "$msg"; r=1
+        fi
+        if msg=$(stomp_probe "$ART_PREFIX_PORT" 3); then printf '  (prefixed ready %s)' "$(art_prefix_url)"
+        else printf '  (prefixed NOT READY: %s)' "$msg"; r=1; fi
+        if [ $r = 0 ]; then
+            if msg=$(art_ws_probe "$ART_PORT" 3); then printf '  (websocket ready %s)' "$(art_ws_url)"
+            else printf '  (websocket NOT READY: %s)' "$msg"; r=1; fi
+        fi
+    fi
+    printf '  [%s]\n' "${own:-not started by this script}"
+    return $r
+}
+
+# ---------------------------------------------------------------------------------------------
 
 print_env() {
     cat <<EOF
@@ -733,11 +995,14 @@ export STOMPFAST_TLS_CA=$TLS_DIR/ca.pem
 export STOMPFAST_TLS_BAD_CA=$TLS_DIR/bad-ca.pem
 export STOMPFAST_ACTIVEMQ_URL=$(amq_url)
 export STOMPFAST_ACTIVEMQ_NIO_URL=$(amq_nio_url)
+export STOMPFAST_ARTEMIS_URL=$(art_url)
+export STOMPFAST_ARTEMIS_PREFIX_URL=$(art_prefix_url)
+export STOMPFAST_ARTEMIS_WS_URL=$(art_ws_url)
 export STOMPFAST_BROKERS_SCRIPT=$SCRIPT
 EOF
 }
 
-# Serialize start/stop/restart (two ActiveMQs, or start_app racing stop_app, would be bad).
+# Serialize start/stop/restart (two ActiveMQs or Artemises, or start_app racing stop_app, would be bad).
 # Long-lived children (java, the Erlang node, dpkg's daemons) are started with fd 9 closed.
 lock() {
     mkdir -p "$BROKERS_DIR"
@@ -747,36 +1012,40 @@ lock() {
 
 targets() {  # targets WHAT DEFAULT_FOR_ALL...
     case ${1:-all} in
-        rabbitmq|activemq) echo "$1" ;;
+        rabbitmq|activemq|artemis) echo "$1" ;;
         *) shift; echo "$*" ;;
     esac
 }
 
 cmd=${1:-}
 [ $# -gt 0 ] && shift
-case ${1:-all} in rabbitmq|activemq|all) ;; *) die "unknown broker '$1' (rabbitmq, activemq or all)" ;; esac
-[ $# -le 1 ] || die "too many arguments; usage: $0 {start|stop|restart|status|env|logs} [rabbitmq|activemq|all]"
+case ${1:-all} in rabbitmq|activemq|artemis|all) ;; *) die "unknown broker '$1' (rabbitmq, activemq, artemis or all)" ;; esac
+[ $# -le 1 ] || die "too many arguments; usage: $0 {start|stop|restart|status|env|logs} [rabbitmq|activemq|artemis|all]"
 case $cmd in
     start)
         lock
-        for b in $(targets "${1:-all}" rabbitmq activemq); do
-            case $b in rabbitmq) rabbit_start ;; activemq) amq_start ;; esac
+        for b in $(targets "${1:-all}" rabbitmq activemq artemis); do
+            case $b in rabbitmq) rabbit_start ;; activemq) amq_start ;; artemis) art_start ;; esac
         done ;;
     stop)
         lock
-        for b in $(targets "${1:-all}" activemq); do
-            case $b in rabbitmq) rabbit_stop ;; activemq) amq_stop ;; esac
+        for b in $(targets "${1:-all}" activemq artemis); do
+            case $b in rabbitmq) rabbit_stop ;; activemq) amq_stop ;; artemis) art_stop ;; esac
         done
         if [ "${1:-all}" = all ]; then say "RabbitMQ left running (machine-wide service); 'stop rabbitmq' stops its app"; fi ;;
     restart)
         lock
-        for b in $(targets "${1:-all}" rabbitmq activemq); do
-            case $b in rabbitmq) rabbit_restart ;; activemq) amq_stop >/dev/null; amq_start ;; esac
+        for b in $(targets "${1:-all}" rabbitmq activemq artemis); do
+            case $b in
+                rabbitmq) rabbit_restart ;;
+                activemq) amq_stop >/dev/null; amq_start ;;
+                artemis)  art_stop "$ART_RESTART_KILL_AFTER" >/dev/null; art_start ;;
+            esac
         done ;;
     status)
         rc=0
-        for b in $(targets "${1:-all}" rabbitmq activemq); do
-            case $b in rabbitmq) rabbit_status || rc=3 ;; activemq) amq_status || rc=3 ;; esac
+        for b in $(targets "${1:-all}" rabbitmq activemq artemis); do
+            case $b in rabbitmq) rabbit_status || rc=3 ;; activemq) amq_status || rc=3 ;; artemis) art_status || rc=3 ;; esac
         done
         exit $rc ;;
     env)
@@ -785,7 +1054,8 @@ case $cmd in
         case ${1:-all} in
             rabbitmq) rabbit_log_tail 60 ;;
             activemq) amq_log_tail 60 ;;
-            *) rabbit_log_tail 30; amq_log_tail 30 ;;
+            artemis)  art_log_tail 60 ;;
+            *) rabbit_log_tail 30; amq_log_tail 30; art_log_tail 30 ;;
         esac 2>&1 ;;
     -h|--help|help)
         usage ;;

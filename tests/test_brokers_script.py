@@ -90,3 +90,60 @@ def test_status_of_a_broker_on_both_ports_is_ready(tmp_path: Path) -> None:
     assert status.returncode == 0, status
     assert status.stdout.startswith(f"activemq ready      stomp://guest:guest@127.0.0.1:{one.port}/"), status.stdout
     assert f"(stomp+nio ready stomp://guest:guest@127.0.0.1:{two.port}/)" in status.stdout
+
+
+def script_env(tmp_path: Path) -> Dict[str, str]:
+    """No STOMPFAST_ settings from the caller, a private brokers directory, free Artemis ports."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STOMPFAST_")}
+    env.update(STOMPFAST_ARTEMIS_PORT=str(free_port()), STOMPFAST_ARTEMIS_PREFIX_PORT=str(free_port()),
+               STOMPFAST_BROKERS_DIR=str(tmp_path / "brokers"))
+    return env
+
+
+def test_status_artemis_names_only_artemis_and_exits_3_when_nothing_answers(tmp_path: Path) -> None:
+    env = script_env(tmp_path)
+    status = script(env, "status", "artemis")
+    assert status.returncode == 3, status
+    lines = status.stdout.splitlines()
+    assert len(lines) == 1, status.stdout
+    port = env["STOMPFAST_ARTEMIS_PORT"]
+    assert lines[0].startswith(f"artemis NOT READY   stomp://guest:guest@127.0.0.1:{port}/: TCP connect failed"), lines
+    assert lines[0].endswith("[not started by this script]"), lines
+
+
+def test_status_of_an_artemis_on_both_ports_is_ready_and_names_the_websocket_url(tmp_path: Path) -> None:
+    with HostileServer(answers_connected) as one, HostileServer(answers_connected) as two:
+        env = script_env(tmp_path)
+        env.update(STOMPFAST_ARTEMIS_PORT=str(one.port), STOMPFAST_ARTEMIS_PREFIX_PORT=str(two.port))
+        status = script(env, "status", "artemis")
+    # The stand-in answers STOMP, not a WebSocket upgrade: ready on both ports, websocket not.
+    assert status.returncode == 3, status
+    assert status.stdout.startswith(f"artemis ready       stomp://guest:guest@127.0.0.1:{one.port}/"), status.stdout
+    assert f"(prefixed ready stomp://guest:guest@127.0.0.1:{two.port}/)" in status.stdout
+    assert "(websocket NOT READY: " in status.stdout
+
+
+def test_env_prints_the_artemis_urls_from_the_port_settings(tmp_path: Path) -> None:
+    env = script_env(tmp_path)
+    out = script(env, "env").stdout
+    port, prefix = env["STOMPFAST_ARTEMIS_PORT"], env["STOMPFAST_ARTEMIS_PREFIX_PORT"]
+    assert f"export STOMPFAST_ARTEMIS_URL=stomp://guest:guest@127.0.0.1:{port}/\n" in out
+    assert f"export STOMPFAST_ARTEMIS_PREFIX_URL=stomp://guest:guest@127.0.0.1:{prefix}/\n" in out
+    assert f"export STOMPFAST_ARTEMIS_WS_URL=ws://guest:guest@127.0.0.1:{port}/\n" in out
+
+
+@pytest.mark.parametrize("command", ["start", "stop", "restart", "status", "logs"])
+def test_an_unknown_broker_name_is_refused_before_anything_runs(tmp_path: Path, command: str) -> None:
+    env = script_env(tmp_path)
+    done = script(env, command, "artemiss")
+    assert done.returncode == 1, done
+    assert "unknown broker 'artemiss' (rabbitmq, activemq, artemis or all)" in done.stderr
+    assert done.stdout == ""
+    assert not (tmp_path / "brokers").exists()
+
+
+def test_a_malformed_artemis_version_is_refused(tmp_path: Path) -> None:
+    env = script_env(tmp_path)
+    env["STOMPFAST_ARTEMIS_VERSION"] = "2.40.0; rm -rf /"
+    done = script(env, "status", "artemis")
+    assert done.returncode == 1 and "STOMPFAST_ARTEMIS_VERSION must look like 2.40.0" in done.stderr, done
