@@ -86,7 +86,7 @@ __all__ = ["AsyncClient", "AsyncTransaction", "Receipt"]
 #: The options StompProtocol takes, passed on to each connection's session.
 PROTOCOL_OPTIONS = (
     "versions", "heart_beat", "connect_headers", "use_stomp_command", "max_frame_bytes", "max_headers",
-    "max_header_bytes",
+    "max_header_bytes", "routing_headers",
 )
 
 
@@ -127,6 +127,12 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
         connect_headers: extra CONNECT headers (e.g. ``{"client-id": "app-1"}``).
         connect_timeout: seconds for TCP connect plus CONNECTED (ConnectTimeout).
         use_stomp_command: send ``STOMP`` instead of ``CONNECT`` (1.1+ brokers).
+        routing_headers: on ActiveMQ Artemis (known by CONNECTED's ``server``
+            header), give ``/queue/`` destinations ``destination-type`` and
+            ``subscription-type`` ``ANYCAST`` and ``/topic/`` ones ``MULTICAST``,
+            so that they are a queue and a topic as on every other broker (a
+            stock Artemis makes new addresses MULTICAST). Headers you pass win.
+            Default True; False sends only yours (docs/brokers.md).
         send_buffer_bytes: unwritten outgoing bytes beyond which ``send`` waits
             (a burst is written out every 256 KiB on asyncio, so this is reached
             only when the socket does not keep up).

@@ -158,6 +158,8 @@ class Message:
         owner = self.owner
         if owner is None:
             raise LocalProtocolError("this message is not attached to a subscription that can ack it")
+        if transaction is not None:
+            self.session.check_transactional_settle("ACK")
         # claim_settle inlined (this runs once per message): it raises when settled
         if self.settled is not None:
             self.claim_settle("ACK")
@@ -176,6 +178,8 @@ class Message:
         """
         if self.owner is None:
             raise LocalProtocolError("this message is not attached to a subscription that can nack it")
+        if transaction is not None:
+            self.session.check_transactional_settle("NACK")
         self.claim_settle("NACK")
         done: Awaitable[None] = self.owner.nack_message(self, transaction=transaction, receipt=receipt)
         return done

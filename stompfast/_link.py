@@ -230,7 +230,8 @@ class Link(Counters):
                 pending = []
                 for sub in list(self._subs.values()):
                     data, _, receipt_id = protocol.subscribe(
-                        sub.destination, ack=sub.ack_mode, headers=sub.headers, id=sub.id, receipt=True
+                        sub.destination, ack=sub.ack_mode, headers=sub.headers, id=sub.id, receipt=True,
+                        prefetch=sub.prefetch,
                     )
                     pending.append(self._register(receipt_id))
                     self._queue(data)

@@ -42,6 +42,7 @@ class ClientOptions(TypedDict, total=False):
     connect_headers: Optional[Mapping[str, str]]
     connect_timeout: float
     use_stomp_command: bool
+    routing_headers: bool
     send_buffer_bytes: int
     stall_timeout: float
     disconnect_timeout: float
@@ -67,6 +68,7 @@ DEFAULTS: Dict[str, Any] = {
     "connect_headers": None,
     "connect_timeout": 10.0,
     "use_stomp_command": False,
+    "routing_headers": True,
     "send_buffer_bytes": 4 * 1024 * 1024,
     "stall_timeout": 10.0,
     "disconnect_timeout": 5.0,

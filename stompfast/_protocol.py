@@ -40,7 +40,10 @@ from .frames import Frame
 
 __all__ = [
     "ACK_MODES",
+    "ARTEMIS_WINDOW_BYTES_PER_MESSAGE",
+    "BROKERS",
     "ERRORS_THAT_KEEP_THE_SESSION",
+    "PREFETCH_HEADERS",
     "SUPPORTED_VERSIONS",
     "TRANSITIONS",
     "Connected",
@@ -90,6 +93,60 @@ ERRORS_THAT_KEEP_THE_SESSION: Dict[str, Any] = {
     "RabbitMQ/": _rabbitmq_keeps,
     "ActiveMQ/": _activemq_keeps,
 }
+
+#: The brokers stompfast knows by the start of CONNECTED's ``server`` header (never
+#: by URL: a failover list may mix them). docs/brokers.md says what differs.
+BROKERS: Tuple[Tuple[str, str], ...] = (
+    ("RabbitMQ/", "rabbitmq"),
+    ("ActiveMQ-Artemis/", "artemis"),
+    ("ActiveMQ/", "activemq"),
+)
+
+#: The headers that ask a broker for a prefetch (any of them given by the caller: none added).
+PREFETCH_HEADERS = ("prefetch-count", "activemq.prefetchSize", "consumer-window-size")
+
+#: Artemis counts a consumer's window in bytes (``consumer-window-size``; it reads
+#: ``activemq.prefetchSize`` as bytes too): the window asked for is this many bytes
+#: per message of ``buffer_size``. docs/brokers.md has the measurements behind it.
+ARTEMIS_WINDOW_BYTES_PER_MESSAGE = 1024
+
+
+#: Why an ACK or NACK in a transaction is refused on Artemis (before anything is sent).
+ARTEMIS_TX_ACK = (
+    "ActiveMQ Artemis does not make an {command} part of a transaction (it acts at once and an ABORT"
+    " does not undo it), so the client refuses it rather than pretend: {command} the message outside"
+    " the transaction, after the COMMIT (docs/brokers.md)"
+)
+
+
+def broker_of(server: Optional[str]) -> Optional[str]:
+    """``"rabbitmq"``, ``"activemq"``, ``"artemis"`` or None, from CONNECTED's ``server`` header."""
+    if server:
+        for prefix, name in BROKERS:
+            if server.startswith(prefix):
+                return name
+    return None
+
+
+def prefetch_headers(broker: Optional[str], messages: int) -> Dict[str, str]:
+    """The SUBSCRIBE headers that keep at most ``messages`` in flight on ``broker``."""
+    if broker == "rabbitmq":
+        return {"prefetch-count": str(messages)}
+    if broker == "activemq":
+        return {"activemq.prefetchSize": str(messages)}
+    if broker == "artemis":
+        return {"consumer-window-size": str(messages * ARTEMIS_WINDOW_BYTES_PER_MESSAGE)}
+    # a broker we do not know: both message-count headers, as most STOMP brokers read one
+    return {"prefetch-count": str(messages), "activemq.prefetchSize": str(messages)}
+
+
+def routing_type(destination: str) -> Optional[str]:
+    """Artemis's routing type for a ``/queue/`` or ``/topic/`` destination (None for others)."""
+    if destination.startswith("/queue/"):
+        return "ANYCAST"
+    if destination.startswith("/topic/"):
+        return "MULTICAST"
+    return None
 
 
 class SessionState(enum.Enum):
@@ -262,6 +319,7 @@ class StompProtocol:
         max_headers: Optional[int] = None,
         max_header_bytes: Optional[int] = None,
         skip_oversized: bool = False,
+        routing_headers: bool = True,
     ) -> None:
         self.versions = _check_versions(versions)
         self.requested_heart_beat = _check_heart_beat(heart_beat)
@@ -272,6 +330,11 @@ class StompProtocol:
         self.passcode = passcode
         self.connect_headers = dict(connect_headers or {})
         self.use_stomp_command = use_stomp_command
+        #: on Artemis, /queue/ and /topic/ get their routing-type headers (ANYCAST, MULTICAST)
+        self.routing_headers = routing_headers
+        #: the broker named by CONNECTED's server header (broker_of), once connected
+        self.broker: Optional[str] = None
+        self._routing = False  # routing_headers, and the broker is Artemis
         self.state = SessionState.IDLE
         self._send_heads: Dict[Tuple[str, Optional[str]], bytes] = {}
         self._plain_heads: Dict[str, bytes] = {}  # the heads of send_plain, by destination
@@ -348,6 +411,18 @@ class StompProtocol:
                     h[name] = value
         return receipt_id
 
+    def _add_routing(self, h: Dict[str, Any], name: str, destination: str) -> None:
+        """On Artemis, ``name`` (destination-type or subscription-type) for a /queue/ or /topic/ destination.
+
+        A stock Artemis makes new addresses MULTICAST: without it a ``/queue/``
+        behaves as a topic (what is sent before a consumer exists is dropped).
+        A header the caller set wins.
+        """
+        if self._routing and name not in h:
+            kind = routing_type(destination)
+            if kind is not None:
+                h[name] = kind
+
     # -- outbound ----------------------------------------------------------------
 
     def connect(self) -> bytes:
@@ -417,6 +492,7 @@ class StompProtocol:
             self._check_transaction(transaction)
             h["transaction"] = transaction
         receipt_id = self._finish(h, receipt, headers)
+        self._add_routing(h, "destination-type", destination)
         return self._encode("SEND", h, body), receipt_id
 
     def check_send(
@@ -463,6 +539,7 @@ class StompProtocol:
             for name, value in headers.items():
                 if name not in h:
                     h[name] = value
+        self._add_routing(h, "destination-type", destination)
         return encode_frame("SEND", h, body, self._wire_version)
 
     def send_plain(self, destination: str, body: bytes) -> bytes:
@@ -493,6 +570,7 @@ class StompProtocol:
         h = {"destination": destination}
         if content_type is not None:
             h["content-type"] = content_type
+        self._add_routing(h, "destination-type", destination)
         head = self._encode("SEND", h)[:-2]  # "SEND\n...\n" without the blank line and NUL
         if len(self._send_heads) >= _SEND_HEADS_MAX:
             self._send_heads.clear()
@@ -510,8 +588,16 @@ class StompProtocol:
         headers: Optional[Mapping[str, Any]] = None,
         id: Optional[str] = None,
         receipt: bool = False,
+        prefetch: Optional[int] = None,
     ) -> Tuple[bytes, str, Optional[str]]:
-        """A SUBSCRIBE frame; returns ``(bytes, subscription_id, receipt_id or None)``."""
+        """A SUBSCRIBE frame; returns ``(bytes, subscription_id, receipt_id or None)``.
+
+        ``prefetch``: at most this many unacknowledged messages in flight, asked
+        in the header this broker reads (:func:`prefetch_headers`), unless
+        ``headers`` name one of :data:`PREFETCH_HEADERS`. On Artemis a
+        ``/queue/`` or ``/topic/`` destination gets its ``subscription-type``
+        unless ``headers`` set it or ``routing_headers`` is off.
+        """
         self._check("SUBSCRIBE")
         check_destination(destination)
         if ack not in ACK_MODES:
@@ -525,6 +611,9 @@ class StompProtocol:
             raise LocalProtocolError(f"subscription id {id!r} is already in use on this connection")
         h: Dict[str, Any] = {"destination": destination, "id": id, "ack": ack}
         receipt_id = self._finish(h, receipt, headers)
+        if prefetch is not None and not any(name in h for name in PREFETCH_HEADERS):
+            h.update(prefetch_headers(self.broker, prefetch))
+        self._add_routing(h, "subscription-type", destination)
         data = self._encode("SUBSCRIBE", h)
         self._subscriptions[id] = ack
         return data, id, receipt_id
@@ -548,6 +637,11 @@ class StompProtocol:
         """Raise what an ACK of ``message`` would be refused with on this session; send nothing."""
         self.ack_headers("ACK", message, None)
 
+    def check_transactional_settle(self, command: str) -> None:
+        """Refuse an ACK or NACK (``command``) inside a transaction where the broker ignores the transaction."""
+        if self.broker == "artemis":
+            raise LocalProtocolError(ARTEMIS_TX_ACK.format(command=command))
+
     def ack_headers(self, command: str, message: Message, transaction: Optional[str]) -> Dict[str, str]:
         """The headers of an ACK or NACK (``command``) of ``message``, or what refuses it.
 
@@ -570,6 +664,8 @@ class StompProtocol:
                 f"cannot {command} message {message.message_id!r}: subscription {message.subscription!r} uses"
                 " ack mode auto, where the broker needs no acknowledgement"
             )
+        if transaction is not None and self.broker == "artemis":
+            raise LocalProtocolError(ARTEMIS_TX_ACK.format(command=command))
         if self.version == "1.2":
             if message.ack_id is None:
                 raise RemoteProtocolError(f"the broker sent message {message.message_id!r} without an ack header")
@@ -802,6 +898,8 @@ class StompProtocol:
         self.version = version
         self._ack_header = version == "1.2"  # STOMP 1.2 acks name the MESSAGE's ack header
         self.server = headers.get("server")
+        self.broker = broker_of(self.server)
+        self._routing = self.routing_headers and self.broker == "artemis"
         send_rules = read_rules = version
         if version == "1.0" and self.server:
             for prefix, rules in ESCAPING_ON_1_0.items():

@@ -102,7 +102,8 @@ class Session(Counters):
     async def _subscribe(self, sub: Inlet) -> None:
         await self._ensure_open()
         data, sub_id, receipt_id = self._protocol.subscribe(
-            sub.destination, ack=sub.ack_mode, headers=sub.headers, id=sub.id, receipt=sub.wants_receipt
+            sub.destination, ack=sub.ack_mode, headers=sub.headers, id=sub.id, receipt=sub.wants_receipt,
+            prefetch=sub.prefetch,
         )
         sub.id = sub_id
         self._subs[sub_id] = sub

@@ -13,7 +13,8 @@ from turning into a silent hang:
 
 * ``client`` and ``client-individual`` subscriptions ask the broker for a
   prefetch equal to ``buffer_size`` (RabbitMQ ``prefetch-count``, ActiveMQ
-  ``activemq.prefetchSize``) unless the caller set one, so the broker never has
+  ``activemq.prefetchSize``, Artemis a ``consumer-window-size`` in bytes: see
+  ``prefetch_headers`` in ``_protocol.py``) unless the caller set one, so the broker never has
   more unacknowledged messages in flight than the buffer holds and the reader
   never stops for them;
 * a receipt or ``flush()`` awaited while the reader has been stopped for
@@ -31,7 +32,7 @@ from typing import Any, Awaitable, Callable, Deque, Dict, List, Optional
 import anyio
 
 from ._common import copy_error
-from ._protocol import Message
+from ._protocol import PREFETCH_HEADERS, Message
 from .errors import ClientClosedError, ConfigurationError
 
 __all__ = ["AsyncSubscription", "DEFAULT_BUFFER_SIZE", "Inlet", "LiveSession", "LOOP_CHECK_INTERVAL", "SubscriptionOps",
@@ -40,7 +41,6 @@ __all__ = ["AsyncSubscription", "DEFAULT_BUFFER_SIZE", "Inlet", "LiveSession", "
 #: Messages a subscription buffers before the reader stops reading.
 DEFAULT_BUFFER_SIZE = 1000
 
-_PREFETCH_HEADERS = ("prefetch-count", "activemq.prefetchSize")
 
 
 class Inlet:
@@ -54,7 +54,7 @@ class Inlet:
     inlet never calls the client.
     """
 
-    __slots__ = ("destination", "ack_mode", "headers", "id", "wants_receipt", "buffer_size", "pause_at",
+    __slots__ = ("destination", "ack_mode", "headers", "id", "wants_receipt", "buffer_size", "pause_at", "prefetch",
                  "messages", "ready", "space", "closed", "error", "seq", "owner")
 
     def __init__(self, owner: Any, destination: str, ack: str, headers: Optional[Dict[str, Any]],
@@ -68,9 +68,11 @@ class Inlet:
         self.headers: Dict[str, Any] = dict(headers or {})
         #: the reader stops reading while the buffer holds this many messages
         self.pause_at = buffer_size
-        if ack != "auto" and not any(h in self.headers for h in _PREFETCH_HEADERS):
-            for h in _PREFETCH_HEADERS:
-                self.headers[h] = str(buffer_size)
+        #: the broker prefetch the SUBSCRIBE asks for (the session writes the header
+        #: its broker reads: StompProtocol.subscribe), or None
+        self.prefetch: Optional[int] = None
+        if ack != "auto" and not any(h in self.headers for h in PREFETCH_HEADERS):
+            self.prefetch = buffer_size
             # The broker keeps at most buffer_size unacked messages in flight, so the
             # buffer cannot overflow and the reader need not stop for it (receipts
             # keep flowing while it is full); one more stays as a guard against a

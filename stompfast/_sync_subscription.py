@@ -125,7 +125,7 @@ class Subscription:
 
     @property
     def headers(self) -> Dict[str, Any]:
-        """The SUBSCRIBE headers sent (yours plus the prefetch ones added in client modes)."""
+        """Your SUBSCRIBE headers (the prefetch and routing headers its broker reads are added when it is written)."""
         return self._async.headers
 
     @property
@@ -238,6 +238,8 @@ class Subscription:
         refused here at once. A second ack or nack of one message raises
         :class:`~stompfast.AlreadySettledError`, before anything is sent.
         """
+        if transaction is not None:
+            message.session.check_transactional_settle("ACK")
         # claim_settle inlined (this runs once per message): it raises when settled
         if message.settled is not None:
             message.claim_settle("ACK")
@@ -262,6 +264,8 @@ class Subscription:
         timeout: Optional[float] = None,
     ) -> None:
         """Refuse ``message`` (the broker redelivers or dead-letters it); cumulative in ``client`` mode."""
+        if transaction is not None:
+            message.session.check_transactional_settle("NACK")
         message.claim_settle("NACK")
         self._loop.call(
             functools.partial(

@@ -27,6 +27,12 @@ BROKERS: Dict[str, Tuple[str, str, int, str]] = {
     "activemq": ("STOMPFAST_ACTIVEMQ_URL", "STOMPFAST_ACTIVEMQ_PORT", 61614, "stomp://guest:guest@{host}:{port}/"),
     "activemq_nio": ("STOMPFAST_ACTIVEMQ_NIO_URL", "STOMPFAST_ACTIVEMQ_NIO_PORT", 61615,
                      "stomp://guest:guest@{host}:{port}/"),
+    # Artemis: the stock STOMP acceptor (no prefixes; WebSocket on the same port) and one
+    # with anycastPrefix=/queue/;multicastPrefix=/topic/
+    "artemis": ("STOMPFAST_ARTEMIS_URL", "STOMPFAST_ARTEMIS_PORT", 61618, "stomp://guest:guest@{host}:{port}/"),
+    "artemis_prefix": ("STOMPFAST_ARTEMIS_PREFIX_URL", "STOMPFAST_ARTEMIS_PREFIX_PORT", 61619,
+                       "stomp://guest:guest@{host}:{port}/"),
+    "artemis_ws": ("STOMPFAST_ARTEMIS_WS_URL", "STOMPFAST_ARTEMIS_PORT", 61618, "ws://guest:guest@{host}:{port}/"),
 }
 
 

@@ -1,4 +1,4 @@
-"""Real brokers on loopback: RabbitMQ (rabbitmq_stomp) and ActiveMQ Classic.
+"""Real brokers on loopback: RabbitMQ (rabbitmq_stomp), ActiveMQ Classic and ActiveMQ Artemis.
 
 ``scripts/brokers.sh start`` starts both (``.ci/run`` does); the URLs come from
 ``STOMPFAST_RABBITMQ_URL`` and ``STOMPFAST_ACTIVEMQ_URL``, or, when those are not set,
@@ -21,7 +21,7 @@ import pytest
 from brokerenv import broker_url
 from stompfast._config import parse_url
 
-BROKERS: Dict[str, str] = {name: broker_url(name) for name in ("rabbitmq", "activemq")}
+BROKERS: Dict[str, str] = {name: broker_url(name) for name in ("rabbitmq", "activemq", "artemis")}
 _answers: Dict[str, bool] = {}
 
 
@@ -40,7 +40,7 @@ def _stomp_answers(url: str) -> bool:
 
 @pytest.fixture(params=sorted(BROKERS))
 def broker(request: pytest.FixtureRequest) -> str:
-    """The name of a real broker that answers STOMP (``rabbitmq`` or ``activemq``)."""
+    """The name of a real broker that answers STOMP (``rabbitmq``, ``activemq`` or ``artemis``)."""
     name = request.param
     if not _stomp_answers(BROKERS[name]):
         message = f"{name} does not answer STOMP at {BROKERS[name]} (scripts/brokers.sh start)"
