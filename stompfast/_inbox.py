@@ -288,8 +288,9 @@ class Inbox(Counters):
         confirmed. Called once per read per subscription, not per message. The
         RECEIPT, when it comes, finds no waiter and is ignored.
         """
-        receipt = self._receipts.pop(sub.confirming, None)  # type: ignore[arg-type]
+        receipt_id = sub.confirming
         sub.confirming = None
+        receipt = self._receipts.pop(receipt_id, None) if receipt_id is not None else None
         if receipt is not None:
             self._n_receipts_ok += 1
             self._rtt.record(monotonic() - receipt.sent_at)
