@@ -251,6 +251,8 @@ class Inbox(Counters):
         full = None
         for sub in touched:
             sub.ready.set()
+            if sub.confirming is not None:
+                self._confirm_by_message(sub)
             if len(sub.messages) >= sub.pause_at and not sub.closed:
                 if full is None:
                     full = [sub]
@@ -273,6 +275,26 @@ class Inbox(Counters):
             conn_log.info("%s refused a frame and kept the session: %s", peer, error)
         else:
             conn_log.info("%s sent ERROR and kept the session: %s", peer, error)
+
+    def _confirm_by_message(self, sub: Inlet) -> None:
+        """A subscription whose SUBSCRIBE awaits its RECEIPT got a MESSAGE: that confirms it too.
+
+        A broker delivers on a subscription only once it has registered it, so the
+        first MESSAGE is as good a confirmation as the RECEIPT. It must count as
+        one: a broker that delivers before it confirms (in ``auto`` mode there is
+        no prefetch to hold it back) can fill the buffer and stop the reader with
+        the RECEIPT still unread behind the messages, and nothing would drain the
+        buffer, since the subscriber gets the subscription only once it is
+        confirmed. Called once per read per subscription, not per message. The
+        RECEIPT, when it comes, finds no waiter and is ignored.
+        """
+        receipt_id = sub.confirming
+        sub.confirming = None
+        receipt = self._receipts.pop(receipt_id, None) if receipt_id is not None else None
+        if receipt is not None:
+            self._n_receipts_ok += 1
+            self._rtt.record(monotonic() - receipt.sent_at)
+            receipt.resolve()
 
     async def _dispatch(self, events: List[Any]) -> None:
         full = self._dispatch_now(events)

@@ -234,12 +234,18 @@ class Link(Counters):
                         prefetch=sub.prefetch,
                     )
                     pending.append(self._register(receipt_id))
+                    # (as on a first SUBSCRIBE: its first MESSAGE confirms it too)
+                    sub.confirming = receipt_id
                     self._queue(data)
                     self._n_control += 1
                 self._flush_now()
                 with anyio.fail_after(self._connect_timeout):
                     await self.wait_receipts(pending)
+                for sub in self._subs.values():
+                    sub.confirming = None
             except BaseException as exc:
+                for sub in self._subs.values():
+                    sub.confirming = None
                 # Not up after all: take the connection down again (quietly: the
                 # caller reports it as a failed attempt).
                 if self._link_alive:

@@ -109,11 +109,15 @@ class Session(Counters):
         self._subs[sub_id] = sub
         try:
             pending = self._register(receipt_id) if receipt_id is not None else None
+            # Its first MESSAGE confirms it as well as the RECEIPT does: the reader may stop
+            # on this subscription's full buffer before the RECEIPT behind it is read.
+            sub.confirming = receipt_id
             await self._write(data)
             self._n_control += 1
             if pending is not None:
                 await pending.wait()
         except BaseException:
+            sub.confirming = None
             # Refused or interrupted (a timeout): withdraw it, so that it is neither
             # left running on the broker nor re-established after a reconnect.
             if self._subs.get(sub_id) is sub:
@@ -127,6 +131,7 @@ class Session(Counters):
                     except StompError:
                         pass
             raise
+        sub.confirming = None
 
     async def _unsubscribe(self, sub: Inlet) -> None:
         if sub.id is None or self._subs.get(sub.id) is not sub:

@@ -55,7 +55,7 @@ class Inlet:
     """
 
     __slots__ = ("destination", "ack_mode", "headers", "id", "wants_receipt", "buffer_size", "pause_at", "prefetch",
-                 "messages", "ready", "space", "closed", "error", "seq", "owner")
+                 "messages", "ready", "space", "closed", "error", "seq", "owner", "confirming")
 
     def __init__(self, owner: Any, destination: str, ack: str, headers: Optional[Dict[str, Any]],
                  buffer_size: int, receipt: bool, id: Optional[str]) -> None:
@@ -90,6 +90,9 @@ class Inlet:
         self.closed = False
         self.error: Optional[BaseException] = None
         self.seq = 0  # messages delivered
+        #: the receipt id of a SUBSCRIBE sent and not yet confirmed: the reader confirms it with the
+        #: subscription's first MESSAGE too (see Inbox._confirm_by_message)
+        self.confirming: Optional[str] = None
 
     def deliver(self, message: Message) -> None:
         """(The reader.) One more message for this subscription."""

@@ -291,6 +291,26 @@ def test_ack_modes_and_count(stomp_broker_thread, ack: str) -> None:
         assert broker.queue_depth(queue) == 1 and broker.unacked(queue) == 0
 
 
+def test_listen_auto_on_a_deep_queue_whose_receipt_comes_late(stomp_broker_thread) -> None:
+    """``listen --ack auto --count N`` on a deep queue prints N messages and exits 0.
+
+    The broker delivers before it confirms the SUBSCRIBE, and with no prefetch in
+    auto mode the messages fill the subscription's buffer (--count 5: 5 messages)
+    and stop the reader with the RECEIPT behind them. Before a MESSAGE counted as
+    the confirmation the command waited for that RECEIPT until the client's
+    stall_timeout (10 s) and exited 1 with FlowControlError.
+    """
+    broker, queue = stomp_broker_thread, unique_queue()
+    bodies = [b"%04d" % i + b"." * 996 for i in range(2000)]
+    for body in bodies:
+        broker.publish(queue, body)
+    broker.delay_receipts(1.5)
+    got = run("listen", "--url", broker.url, queue, "--ack", "auto", "--count", "5", timeout=30)
+    assert got.returncode == 0, got.stderr.decode()
+    assert got.stdout == b"".join(body + b"\n" for body in bodies[:5])
+    assert b"5 messages received" in got.stderr
+
+
 def _in_flight(broker) -> tuple[int, int]:
     """SENDs the broker handled, and how many of them still await their RECEIPT."""
     stats = broker.stats

@@ -586,6 +586,85 @@ async def test_receipt_blocked_by_an_unread_full_subscription_fails_with_flow_co
                     await c.flush()
 
 
+DEEP = 2000  # messages of 1000 bytes: 2 MB, far more than one read and the socket buffers hold
+
+
+@pytest.mark.parametrize(
+    "ack, headers",
+    [
+        ("auto", None),  # no prefetch at all: the broker pushes the whole queue
+        ("client-individual", {"prefetch-count": "500"}),  # a prefetch above buffer_size
+    ],
+)
+async def test_subscribe_to_a_deep_queue_whose_receipt_comes_late_does_not_stall(ack, headers):
+    # The broker delivers before it confirms: the messages fill the buffer and stop
+    # the reader with the RECEIPT unread behind them. Before the first MESSAGE counted
+    # as the confirmation, subscribe() waited for that RECEIPT until stall_timeout
+    # (FlowControlError), and nobody could drain the buffer in the meantime.
+    async with Broker() as broker:
+        for i in range(DEEP):
+            broker.publish("/queue/deep", b"%04d" % i + b"." * 996)
+        broker.delay_receipts(3.0)
+        async with make(broker) as c:
+            # well before the RECEIPT (3 s) and the stall (10 s)
+            with anyio.fail_after(2):
+                sub = await c.subscribe("/queue/deep", ack=ack, headers=headers, buffer_size=10).__aenter__()
+            try:
+                # its messages confirmed it: the RECEIPT was not even sent yet
+                assert sub.pending > 0 and broker.stats.frames_out.get("RECEIPT", 0) == 0
+                got = []
+                for _ in range(DEEP):
+                    message = await next_message(sub)
+                    got.append(message.body[:4])
+                    if ack != "auto":
+                        await message.ack()
+                assert got == [b"%04d" % i for i in range(DEEP)]
+                # the late RECEIPT finds no waiter and changes nothing
+                with anyio.fail_after(WAIT):
+                    await broker.wait_for(lambda: broker.stats.frames_out.get("RECEIPT", 0) >= 1)
+                broker.delay_receipts(0)
+                with anyio.fail_after(WAIT):
+                    await c.flush()
+                assert c.stats().receipts_pending == 0 and c.stats().receipts_failed == 0
+            finally:
+                await sub.aclose()
+
+
+async def test_subscribe_with_a_late_receipt_and_no_message_still_waits_for_the_receipt():
+    # Only a MESSAGE of this subscription stands in for its RECEIPT: an empty
+    # queue's subscribe returns when the RECEIPT comes, not before.
+    async with Broker() as broker:
+        broker.delay_receipts(0.5)
+        async with make(broker) as c:
+            with anyio.fail_after(WAIT):
+                async with c.subscribe("/queue/empty") as sub:
+                    assert broker.stats.frames_out.get("RECEIPT", 0) == 1
+                    broker.publish("/queue/empty", b"later")
+                    assert (await next_message(sub)).body == b"later"
+
+
+async def test_client_mode_buffer_is_held_to_buffer_size_by_the_prefetch_while_the_receipt_is_late():
+    # In the client modes the prefetch the SUBSCRIBE asks for keeps the broker from
+    # sending more than buffer_size unacked messages, so the reader never stops for
+    # them: the late RECEIPT, and any other, is read behind them as usual.
+    async with Broker() as broker:
+        for i in range(200):
+            broker.publish("/queue/deep", b"%d" % i)
+        broker.delay_receipts(0.5)
+        async with make(broker) as c:
+            with anyio.fail_after(WAIT):
+                async with c.subscribe("/queue/deep", ack="client", buffer_size=10) as sub:
+                    # a full, unread buffer holds back no receipt
+                    await c.flush()
+                    assert broker.stats.frames_out.get("RECEIPT", 0) >= 2
+                    assert sub.pending == 10  # no more than the prefetch
+                    for i in range(200):
+                        message = await next_message(sub)
+                        assert message.body == b"%d" % i
+                        await message.ack()
+                        assert sub.pending <= 10
+
+
 # -- transactions ------------------------------------------------------------------------------
 
 

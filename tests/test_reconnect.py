@@ -170,6 +170,39 @@ async def test_connect_attempts_retry_the_first_connect_with_backoff():
 # -- losing an established session ----------------------------------------------------------
 
 
+async def test_resubscribe_to_a_deep_queue_whose_receipt_comes_late_does_not_stall_the_reconnect():
+    # After a reconnect the client re-sends every SUBSCRIBE and waits for their
+    # confirmation before the link counts as up. An auto subscription to a deep queue
+    # that nobody consumes meanwhile: the broker delivers before it confirms, the reader
+    # stops at once, and before a MESSAGE counted as the confirmation the
+    # re-subscription waited for the RECEIPT behind them until connect_timeout or
+    # stall_timeout (10 s), failing the attempt.
+    events = []
+    async with Broker() as broker:
+        # 6 MB: more than the socket buffers of the first link take, so the queue stays deep
+        for i in range(6000):
+            broker.publish("/queue/deep", b"%04d" % i + b"." * 996)
+        async with make(broker.url, events) as c:
+            async with c.subscribe("/queue/deep", buffer_size=10) as sub:
+                await wait_until(lambda: sub.pending >= 10)
+                broker.delay_receipts(3.0)
+                broker.drop_connections()
+                # a reader stopped by the full buffer sees the loss only once it reads again:
+                # consume until it has, then no more
+                with anyio.fail_after(WAIT):
+                    while "disconnected" not in kinds(events):
+                        await sub.receive()
+                # well before the RECEIPT (3 s)
+                await wait_until(lambda: c.reconnects == 1, timeout=2)
+                assert broker.stats.frames_out.get("RECEIPT", 0) == 1  # only the first SUBSCRIBE's
+                broker.delay_receipts(0)
+                last = b""
+                while last != b"5999":  # auto mode: what the lost link carried is gone, the rest comes
+                    last = (await next_message(sub)).body[:4]
+                with anyio.fail_after(WAIT):
+                    await c.flush()
+
+
 async def test_dropped_link_is_reestablished_and_subscriptions_come_back():
     events = []
     async with Broker() as broker:

@@ -341,6 +341,35 @@ def test_withheld_receipts_time_out_and_the_client_goes_on(client, broker):
     assert not pending.done()  # a withheld receipt never comes
 
 
+@pytest.mark.parametrize("ack", ["auto", "client-individual"])
+def test_subscribe_to_a_deep_queue_whose_receipt_comes_late_does_not_stall(make, broker, ack):
+    # The broker delivers before it confirms and the messages stop the reader with the
+    # RECEIPT unread behind them: subscribe() returns on the first MESSAGE (before the
+    # fix it waited for that RECEIPT until stall_timeout, FlowControlError, with nothing
+    # draining the buffer). client-individual asks for a prefetch above buffer_size.
+    deep = 2000
+    queue = f"/queue/deep-{ack}"
+    for i in range(deep):
+        broker.publish(queue, b"%04d" % i + b"." * 996)
+    broker.delay_receipts(3.0)
+    client = make()
+    client.connect()
+    headers = None if ack == "auto" else {"prefetch-count": "500"}
+    # timeout: well before the RECEIPT (3 s) and the stall (10 s)
+    with client.subscribe(queue, ack=ack, headers=headers, buffer_size=10, timeout=2) as sub:
+        assert broker.stats.frames_out.get("RECEIPT", 0) == 0
+        got = []
+        for _ in range(deep):
+            message = sub.receive(timeout=WAIT)
+            got.append(message.body[:4])
+            if ack != "auto":
+                message.ack()
+        assert got == [b"%04d" % i for i in range(deep)]
+        broker.delay_receipts(0)
+        client.flush(timeout=WAIT)
+        assert client.stats().receipts_failed == 0
+
+
 def test_blocking_calls_wait_past_the_loop_check_interval(client, broker, monkeypatch):
     # subscribe(), flush() and a commit that take longer than one check interval of
     # the waiting thread go on waiting (timeout=None). Before Python 3.11 the
