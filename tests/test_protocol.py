@@ -19,6 +19,7 @@ from stompfast._protocol import (
     StompProtocol,
     TRANSITIONS,
     MAX_HEART_BEAT_MS,
+    PREFETCH_HEADERS,
     negotiate_heart_beat,
 )
 from stompfast.errors import (
@@ -749,3 +750,74 @@ def test_an_error_answering_connect_always_ends_the_session():
     (event,) = p.receive_data(encode_frame("ERROR", {"message": "Subscription not found", "receipt-id": "r"}))
     assert type(event.error) is AuthenticationError and event.ends_session
     assert p.state is SessionState.FAILED
+
+
+# -- what each broker is sent: prefetch and routing headers ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "server, broker, prefetch",
+    [
+        ("RabbitMQ/3.10.8", "rabbitmq", {"prefetch-count": "7"}),
+        ("ActiveMQ/5.17.2", "activemq", {"activemq.prefetchSize": "7"}),
+        ("ActiveMQ-Artemis/2.40.0 ActiveMQ Artemis Messaging Engine", "artemis", {"consumer-window-size": "7168"}),
+        ("something/1", None, {"prefetch-count": "7", "activemq.prefetchSize": "7"}),
+    ],
+)
+def test_each_broker_gets_the_prefetch_header_it_reads(server, broker, prefetch):
+    p = _connected_to(server)
+    assert p.broker == broker
+    data, _, _ = p.subscribe("/queue/a", ack="client-individual", prefetch=7)
+    headers = parse(data).headers
+    assert {k: v for k, v in headers.items() if k in PREFETCH_HEADERS} == prefetch
+    # a prefetch header of the caller's own: none added
+    data, _, _ = p.subscribe("/queue/b", ack="client", prefetch=7, headers={"consumer-window-size": "-1"})
+    assert {k: v for k, v in parse(data).headers.items() if k in PREFETCH_HEADERS} == {"consumer-window-size": "-1"}
+
+
+@pytest.mark.parametrize("routing_headers", [True, False])
+@pytest.mark.parametrize("server", ["ActiveMQ-Artemis/2.40.0", "RabbitMQ/3.10.8", "ActiveMQ/5.17.2"])
+def test_routing_headers_go_to_artemis_only(server, routing_headers):
+    p = StompProtocol(heart_beat=(0, 0), routing_headers=routing_headers)
+    p.connect()
+    p.receive_data(encode_frame("CONNECTED", {"version": "1.2", "server": server}))
+    on = routing_headers and server.startswith("ActiveMQ-Artemis/")
+    frames = {
+        "queue": parse(p.send("/queue/q", b"x")[0]),
+        "queue-receipt": parse(p.send("/queue/q", b"x", receipt=True)[0]),
+        "plain": parse(p.send_plain("/queue/q", b"x")),
+        "topic-headers": parse(p.send("/topic/t", b"x", headers={"x": "1"})[0]),
+        "encode_send": parse(p.encode_send("/queue/q", b"x", None, None, "r99")),
+        "other": parse(p.send("/exchange/e", b"x")[0]),
+        "sub-queue": parse(p.subscribe("/queue/q")[0]),
+        "sub-topic": parse(p.subscribe("/topic/t")[0]),
+    }
+    kinds = {k: f.headers.get("destination-type", f.headers.get("subscription-type")) for k, f in frames.items()}
+    expected = {k: None for k in frames}
+    if on:
+        expected.update({"queue": "ANYCAST", "queue-receipt": "ANYCAST", "plain": "ANYCAST",
+                         "topic-headers": "MULTICAST", "encode_send": "ANYCAST", "sub-queue": "ANYCAST",
+                         "sub-topic": "MULTICAST"})
+    assert kinds == expected
+    # the caller's own header wins
+    data, _ = p.send("/queue/q", b"x", headers={"destination-type": "MULTICAST"})
+    assert parse(data).header_list.count(("destination-type", "MULTICAST")) == 1
+    assert "ANYCAST" not in parse(data).headers.values()
+
+
+def test_a_transactional_ack_is_refused_on_artemis_only():
+    for server, refused in (("ActiveMQ-Artemis/2.40.0", True), ("ActiveMQ/5.17.2", False)):
+        p = _connected_to(server)
+        p.subscribe("/queue/a", ack="client-individual")
+        (message,) = p.receive_data(
+            encode_frame("MESSAGE", {"subscription": "2", "message-id": "m1", "ack": "m1", "destination": "/q"})
+        )
+        _, tx, _ = p.begin()
+        if refused:
+            with pytest.raises(LocalProtocolError, match="Artemis"):
+                p.check_transactional_settle("ACK")
+            with pytest.raises(LocalProtocolError, match="Artemis"):
+                p.ack(message, transaction=tx)
+        else:
+            p.check_transactional_settle("ACK")
+            assert p.ack(message, transaction=tx)
