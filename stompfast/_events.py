@@ -73,6 +73,11 @@ class ErrorReceived:
         return f"ErrorReceived({self.error!r}, ends_session=False)"
 
 
+#: ``Message.settled`` while a blocking client's ACK is queued in the calling thread and
+#: not yet encoded (the encoder makes it "ACK").
+ACK_QUEUED = "ACK (queued)"
+
+
 class Message:
     """A MESSAGE delivered to a subscription.
 
@@ -134,18 +139,24 @@ class Message:
     def text(self) -> str:
         return self.frame[2].decode("utf-8")
 
-    def claim_settle(self, command: str) -> None:
+    def claim_settle(self, command: str, *, queued: bool = False) -> None:
         """Mark the message settled by ``command`` (``"ACK"`` or ``"NACK"``); refuse a second settle.
+
+        Called where the ACK or NACK is encoded, after every other refusal (a
+        refused call leaves the message unsettled), or, for the blocking client's
+        queued ACK, in the calling thread (``ACK_QUEUED``, taken over by the
+        encoder with ``queued=True``).
 
         Raises:
             AlreadySettledError: ack() or nack() was called on it before.
         """
-        if self.settled is not None:
+        settled = self.settled
+        if settled is not None and not (queued and settled is ACK_QUEUED):
             raise AlreadySettledError(
-                f"message {self.message_id!r} was already settled ({self.settled}): a second {command} is refused"
-                " (RabbitMQ would close the connection for it)",
+                f"message {self.message_id!r} was already settled ({settled.split()[0]}): a second {command} is"
+                " refused (RabbitMQ would close the connection for it)",
                 message_id=self.message_id,
-                settled=self.settled,
+                settled=settled.split()[0],
             )
         self.settled = command
 
@@ -153,17 +164,12 @@ class Message:
         """Acknowledge the message: ``await msg.ack()`` (the blocking client's SyncMessage: ``msg.ack()``).
 
         A message is settled once: a second ``ack()`` or ``nack()`` raises
-        :class:`~stompfast.AlreadySettledError` at once, whatever became of the first.
+        :class:`~stompfast.AlreadySettledError` before anything is sent, whatever
+        became of the first (a call refused before sending does not count).
         """
         owner = self.owner
         if owner is None:
             raise LocalProtocolError("this message is not attached to a subscription that can ack it")
-        if transaction is not None:
-            self.session.check_transactional_settle("ACK")
-        # claim_settle inlined (this runs once per message): it raises when settled
-        if self.settled is not None:
-            self.claim_settle("ACK")
-        self.settled = "ACK"
         done: Awaitable[None]
         if transaction is None and not receipt:
             done = owner.ack_message(self)
@@ -178,9 +184,6 @@ class Message:
         """
         if self.owner is None:
             raise LocalProtocolError("this message is not attached to a subscription that can nack it")
-        if transaction is not None:
-            self.session.check_transactional_settle("NACK")
-        self.claim_settle("NACK")
         done: Awaitable[None] = self.owner.nack_message(self, transaction=transaction, receipt=receipt)
         return done
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from ._events import Connected, ErrorReceived, Event, Message, OversizedMessage, ReceiptReceived
+from ._events import ACK_QUEUED, Connected, ErrorReceived, Event, Message, OversizedMessage, ReceiptReceived
 from ._scanner import FrameScanner, encode_frame
 from .errors import (
     AuthenticationError,
@@ -136,8 +136,10 @@ def prefetch_headers(broker: Optional[str], messages: int) -> Dict[str, str]:
         return {"activemq.prefetchSize": str(messages)}
     if broker == "artemis":
         return {"consumer-window-size": str(messages * ARTEMIS_WINDOW_BYTES_PER_MESSAGE)}
-    # a broker we do not know: both message-count headers, as most STOMP brokers read one
-    return {"prefetch-count": str(messages), "activemq.prefetchSize": str(messages)}
+    # A broker we do not know (or Artemis on a 1.0 session, which sends no server header):
+    # RabbitMQ's message count only. ActiveMQ's activemq.prefetchSize would be read as a
+    # window of that many bytes by Artemis: one message in flight at a time.
+    return {"prefetch-count": str(messages)}
 
 
 def routing_type(destination: str) -> Optional[str]:
@@ -664,8 +666,8 @@ class StompProtocol:
                 f"cannot {command} message {message.message_id!r}: subscription {message.subscription!r} uses"
                 " ack mode auto, where the broker needs no acknowledgement"
             )
-        if transaction is not None and self.broker == "artemis":
-            raise LocalProtocolError(ARTEMIS_TX_ACK.format(command=command))
+        if transaction is not None:
+            self.check_transactional_settle(command)
         if self.version == "1.2":
             if message.ack_id is None:
                 raise RemoteProtocolError(f"the broker sent message {message.message_id!r} without an ack header")
@@ -694,6 +696,7 @@ class StompProtocol:
         if "ACK" not in self._allowed:
             self._check("ACK")
         h = self.ack_headers("ACK", message, transaction)
+        message.claim_settle("ACK")  # after every refusal: a refused ACK leaves it unsettled
         receipt_id = self._finish(h, receipt)
         return self._encode("ACK", h), receipt_id
 
@@ -711,10 +714,19 @@ class StompProtocol:
         ):
             ack_id = message.ack_id
             if ack_id is not None:
+                # claim_settle inlined (this runs once per message): a queued ACK's mark is taken over
+                settled = message.settled
+                if settled is not None and settled is not ACK_QUEUED:
+                    message.claim_settle("ACK")
+                message.settled = "ACK"
                 if "\\" in ack_id or ":" in ack_id or "\n" in ack_id or "\r" in ack_id:
                     ack_id = _escape_12(ack_id)  # ActiveMQ's ids hold ':'
                 return b"ACK\nid:%s\n\n\0" % ack_id.encode("utf-8")
-        return self.ack(message)[0]
+        if "ACK" not in self._allowed:
+            self._check("ACK")
+        h = self.ack_headers("ACK", message, None)
+        message.claim_settle("ACK", queued=True)
+        return self._encode("ACK", h)
 
     def nack(
         self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False
@@ -724,6 +736,7 @@ class StompProtocol:
         if self.version == "1.0":
             raise LocalProtocolError("NACK does not exist in STOMP 1.0; this session is 1.0")
         h = self.ack_headers("NACK", message, transaction)
+        message.claim_settle("NACK")
         receipt_id = self._finish(h, receipt)
         return self._encode("NACK", h), receipt_id
 

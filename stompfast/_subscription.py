@@ -296,13 +296,18 @@ class AsyncSubscription:
         STOMP: with ack mode client, "the ACK is cumulative"; acknowledging a
         message that an acknowledgement of a later one already covered is a no-op.
         """
-        if self.ack_mode == "client":
-            if message.seq <= self._acked:
-                return
-            self._acked = message.seq
-        if not receipt and transaction is None and self._queue_ack(message):
+        client_mode = self.ack_mode == "client"
+        if client_mode and message.seq <= self._acked:
             return
+        if not receipt and transaction is None and self._queue_ack(message):
+            if client_mode:
+                self._acked = message.seq
+            return
+        # Covered only once it was sent: a refused ACK (a stale message, a transaction
+        # the broker does not honour) must not make a later ACK of the message a no-op.
         await self._ops.ack("ACK", message, transaction, receipt)
+        if client_mode and message.seq > self._acked:
+            self._acked = message.seq
 
     def ack_nowait(self, message: Message) -> bool:
         """(In the loop.) The common ACK (no receipt, no transaction) queued now; False if it must wait.
@@ -325,11 +330,12 @@ class AsyncSubscription:
 
     async def nack_message(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False) -> None:
         """Refuse ``message`` (the broker redelivers or dead-letters it); cumulative in ``client`` mode."""
-        if self.ack_mode == "client":
-            if message.seq <= self._acked:
-                return
-            self._acked = message.seq
+        client_mode = self.ack_mode == "client"
+        if client_mode and message.seq <= self._acked:
+            return
         await self._ops.ack("NACK", message, transaction, receipt)
+        if client_mode and message.seq > self._acked:
+            self._acked = message.seq
 
     def check_ack(self, message: Message) -> None:
         """Raise what an ACK of ``message`` would be refused with, sending nothing.

@@ -14,6 +14,7 @@ import anyio
 
 from ._client import AsyncClient
 from ._common import copy_error
+from ._events import ACK_QUEUED
 from ._protocol import Message
 from ._subscription import LOOP_CHECK_INTERVAL, AsyncSubscription
 from .errors import ClientClosedError, LocalProtocolError, StaleMessageError, StompError, StompTimeout
@@ -138,6 +139,12 @@ class Outbox:
         # The refusals that need no I/O, raised here rather than by a later call:
         # a stale message, then the protocol's own (auto mode, a subscription gone).
         sub.check_ack(message)
+        # Settled here, in the caller's thread, so that a second ack of it is refused
+        # by this call (claim_settle inlined: this runs once per message); the loop's
+        # encoder takes the mark over (StompProtocol.ack_plain).
+        if message.settled is not None:
+            message.claim_settle("ACK")
+        message.settled = ACK_QUEUED
         if len(self.queue) >= _FAST_MAX_MESSAGES:
             self.wait_written(timeout)
         self.put((None, sub, message, None), 0)

@@ -238,12 +238,6 @@ class Subscription:
         refused here at once. A second ack or nack of one message raises
         :class:`~stompfast.AlreadySettledError`, before anything is sent.
         """
-        if transaction is not None:
-            message.session.check_transactional_settle("ACK")
-        # claim_settle inlined (this runs once per message): it raises when settled
-        if message.settled is not None:
-            message.claim_settle("ACK")
-        message.settled = "ACK"
         if not receipt and transaction is None:
             self._outbox.queue_ack(self._async, message, timeout)
             return
@@ -264,9 +258,6 @@ class Subscription:
         timeout: Optional[float] = None,
     ) -> None:
         """Refuse ``message`` (the broker redelivers or dead-letters it); cumulative in ``client`` mode."""
-        if transaction is not None:
-            message.session.check_transactional_settle("NACK")
-        message.claim_settle("NACK")
         self._loop.call(
             functools.partial(
                 self._async.nack_message, message, transaction=transaction, receipt=receipt

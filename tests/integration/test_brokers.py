@@ -20,6 +20,12 @@ pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.timeout(60
 WAIT = 10  # seconds any single broker round trip may take before the test fails
 
 
+@pytest.fixture
+def broker(every_broker: str) -> str:
+    """Every broker, Artemis too."""
+    return every_broker
+
+
 def client(url: str, version: str, **kwargs) -> AsyncClient:
     kwargs.setdefault("heart_beat", (0, 0))
     kwargs.setdefault("reconnect", False)  # these tests pin single-connection semantics
@@ -78,9 +84,11 @@ async def test_special_characters_in_headers_round_trip(broker, broker_url, vers
     value = "a:b\\c\nd"
     async with client(broker_url, version) as c:
         async with c.subscribe(queue) as sub:
-            if version == "1.0" and broker == "activemq":
+            if version == "1.0" and broker in ("activemq", "artemis"):
                 # ActiveMQ reads escapes on 1.0 but sends headers raw: a newline
-                # would come back as a broken frame, so this one goes without
+                # would come back as a broken frame, so this one goes without. Artemis
+                # names itself on 1.1+ only, so on 1.0 the client knows no escaping
+                # rule for it and refuses a newline (STOMP 1.0 has no escapes).
                 value = "a:b\\c"
             await c.send(queue, b"x", headers={"x-special": value, "x-plain": "ok"})
             msg = await receive(sub)
@@ -102,7 +110,7 @@ async def test_receipts_pipelined_and_flush(broker_url, version, queue):
 
 
 @pytest.mark.parametrize("mode", ["auto", "client", "client-individual"])
-async def test_ack_modes_and_redelivery_after_a_consumer_leaves(broker_url, version, queue, mode):
+async def test_ack_modes_and_redelivery_after_a_consumer_leaves(broker, broker_url, version, queue, mode):
     # A consumer "leaves" by closing its connection: RabbitMQ requeues the unacked
     # messages of a cancelled subscription only when its connection closes.
     if mode == "client-individual" and version == "1.0":
@@ -128,7 +136,9 @@ async def test_ack_modes_and_redelivery_after_a_consumer_leaves(broker_url, vers
         async with second.subscribe(queue, ack="client", buffer_size=10) as sub:
             again = [await receive(sub) for _ in expected]
             assert [m.body for m in again] == expected
-            assert all(m.redelivered for m in again)
+            if broker != "artemis":
+                # (Artemis sets redelivered:true only on some redeliveries: not asserted there)
+                assert all(m.redelivered for m in again)
             with anyio.move_on_after(0.5):
                 extra = await sub.receive()
                 pytest.fail(f"an acknowledged message came back: {extra!r}")
@@ -182,23 +192,35 @@ async def test_transaction_commit_and_abort(broker_url, version, queue):
             await msg.ack(receipt=True)
 
 
-async def test_transactional_ack_takes_effect_on_commit(broker_url, version, queue):
+async def test_transactional_ack_takes_effect_on_commit(broker, broker_url, version, queue):
     async with client(broker_url, version) as c:
         await c.send(queue, b"once")
         async with c.subscribe(queue, ack="client") as sub:
             msg = await receive(sub)
             async with c.transaction() as tx:
-                await tx.ack(msg)
+                if broker == "artemis" and version != "1.0":
+                    # Artemis acts on an ACK at once whatever its transaction: refused
+                    # (test_artemis.py); the message is acked outside instead
+                    with pytest.raises(LocalProtocolError, match="Artemis"):
+                        await tx.ack(msg)
+                    await msg.ack()
+                else:
+                    await tx.ack(msg)
         async with c.subscribe(queue, ack="client") as sub:
             with anyio.move_on_after(1):
                 extra = await sub.receive()
                 pytest.fail(f"an acked (committed) message came back: {extra!r}")
 
 
-async def test_heart_beats_keep_an_idle_connection_alive(broker_url, version, queue):
+async def test_heart_beats_keep_an_idle_connection_alive(broker, broker_url, version, queue):
     async with client(broker_url, version, heart_beat=(500, 500)) as c:
         send_ms, receive_ms = c.heart_beat
-        assert send_ms > 0 and receive_ms > 0
+        if broker == "artemis" and version == "1.0":
+            # Artemis answers a 1.0 CONNECT without heart-beat (1.0 has none); RabbitMQ
+            # and ActiveMQ beat on 1.0 too
+            assert (send_ms, receive_ms) == (0, 0)
+        else:
+            assert send_ms > 0 and receive_ms > 0
         await anyio.sleep(5)
         assert c.is_connected
         async with c.subscribe(queue) as sub:
@@ -213,7 +235,8 @@ async def test_authentication_failure_is_surfaced(broker, broker_url, version):
     with pytest.raises(AuthenticationError) as info:
         async with client(bad, version):
             pass
-    assert "Bad CONNECT" in str(info.value) or "refused" in str(info.value).lower()
+    expected = {"rabbitmq": "Bad CONNECT", "artemis": "password is invalid"}[broker]
+    assert expected in str(info.value)
 
 
 async def test_activemq_1_2_ack_header_differs_from_message_id(broker, broker_url, queue):
@@ -234,6 +257,8 @@ async def test_an_error_in_the_middle_of_a_busy_subscription_is_the_brokers_erro
     # order, the error raised must be the broker's (not "MESSAGE while the session
     # is failed"), and nothing after it delivered. RabbitMQ closes after its ERROR.
     total = 3000
+    if broker == "artemis":
+        pytest.skip("Artemis drops a SEND naming an unknown transaction without an ERROR (measured): no ERROR to test")
     async with client(broker_url, "1.2") as producer:
         for i in range(total):
             await producer.send(queue, b"%d" % i)
