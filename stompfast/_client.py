@@ -86,7 +86,7 @@ __all__ = ["AsyncClient", "AsyncTransaction", "Receipt"]
 #: The options StompProtocol takes, passed on to each connection's session.
 PROTOCOL_OPTIONS = (
     "versions", "heart_beat", "connect_headers", "use_stomp_command", "max_frame_bytes", "max_headers",
-    "max_header_bytes", "routing_headers",
+    "max_header_bytes", "routing_headers", "client_id",
 )
 
 
@@ -124,7 +124,12 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
         heartbeat_tolerance: how many broker intervals of silence mean the
             connection is dead (default 3: ActiveMQ spaces its beats up to twice
             the agreed interval).
-        connect_headers: extra CONNECT headers (e.g. ``{"client-id": "app-1"}``).
+        connect_headers: extra CONNECT headers (e.g. ``{"activemq.prefetchSize": "1"}``).
+        client_id: this client's identity, sent as the CONNECT ``client-id``
+            header: ActiveMQ Classic and Artemis keep durable subscriptions
+            (``subscribe(..., durable=name)``) under it, so a later connection with
+            the same ``client_id`` finds them again. ActiveMQ Classic refuses a
+            second connection with a ``client_id`` already connected. Default None.
         connect_timeout: seconds for TCP connect plus CONNECTED (ConnectTimeout).
         use_stomp_command: send ``STOMP`` instead of ``CONNECT`` (1.1+ brokers).
         routing_headers: on ActiveMQ Artemis (known by CONNECTED's ``server``

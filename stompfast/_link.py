@@ -231,7 +231,7 @@ class Link(Counters):
                 for sub in list(self._subs.values()):
                     data, _, receipt_id = protocol.subscribe(
                         sub.destination, ack=sub.ack_mode, headers=sub.headers, id=sub.id, receipt=True,
-                        prefetch=sub.prefetch,
+                        prefetch=sub.prefetch, durable=sub.durable,
                     )
                     pending.append(self._register(receipt_id))
                     # (as on a first SUBSCRIBE: its first MESSAGE confirms it too)

@@ -40,6 +40,7 @@ class ClientOptions(TypedDict, total=False):
     heart_beat: Sequence[int]
     heartbeat_tolerance: float
     connect_headers: Optional[Mapping[str, str]]
+    client_id: Optional[str]
     connect_timeout: float
     use_stomp_command: bool
     routing_headers: bool
@@ -66,6 +67,7 @@ DEFAULTS: Dict[str, Any] = {
     "heart_beat": (10000, 10000),
     "heartbeat_tolerance": 3.0,
     "connect_headers": None,
+    "client_id": None,
     "connect_timeout": 10.0,
     "use_stomp_command": False,
     "routing_headers": True,

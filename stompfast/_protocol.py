@@ -43,6 +43,7 @@ __all__ = [
     "ARTEMIS_WINDOW_BYTES_PER_MESSAGE",
     "BROKERS",
     "ERRORS_THAT_KEEP_THE_SESSION",
+    "DURABLE_NEEDS_CLIENT_ID",
     "PREFETCH_HEADERS",
     "SUPPORTED_VERSIONS",
     "TRANSITIONS",
@@ -140,6 +141,56 @@ def prefetch_headers(broker: Optional[str], messages: int) -> Dict[str, str]:
     # RabbitMQ's message count only. ActiveMQ's activemq.prefetchSize would be read as a
     # window of that many bytes by Artemis: one message in flight at a time.
     return {"prefetch-count": str(messages)}
+
+
+#: The brokers that tie a durable subscription to the connection's ``client-id``: a
+#: durable SUBSCRIBE without one is refused there (Artemis answers ERROR; ActiveMQ
+#: Classic takes it under the connection's random id, so no later connection finds it).
+DURABLE_NEEDS_CLIENT_ID = ("activemq", "artemis")
+
+
+def durable_headers(broker: Optional[str], name: str) -> Dict[str, str]:
+    """The SUBSCRIBE headers that make a subscription durable under ``name`` on ``broker``.
+
+    RabbitMQ names the durable queue after the destination and the subscription
+    ``id`` (the caller sets the id to ``name``); ActiveMQ Classic and Artemis
+    after the connection's ``client-id`` and this name. docs/brokers.md has the
+    measurements behind it.
+    """
+    if broker == "rabbitmq":
+        return {"durable": "true", "auto-delete": "false"}
+    if broker == "activemq":
+        return {"activemq.subscriptionName": name}
+    if broker == "artemis":
+        return {"durable-subscription-name": name}
+    # a broker we do not know (Artemis sends no server header on STOMP 1.0): every spelling, one name
+    return {"durable": "true", "auto-delete": "false", "activemq.subscriptionName": name,
+            "durable-subscription-name": name}
+
+
+def forget_headers(broker: Optional[str], name: str) -> Dict[str, str]:
+    """The UNSUBSCRIBE headers that delete the durable subscription ``name`` on ``broker``."""
+    if broker == "rabbitmq":
+        return {"durable": "true"}
+    if broker == "activemq":
+        return {"activemq.subscriptionName": name}
+    if broker == "artemis":
+        return {"durable-subscription-name": name}
+    return {"durable": "true", "activemq.subscriptionName": name, "durable-subscription-name": name}
+
+
+def check_durable(durable: Any, id: Optional[str]) -> None:
+    """Refuse a durable name that is not a non-empty str, or an ``id`` that differs from it.
+
+    The subscription id of a durable subscription is its name: RabbitMQ names the
+    durable queue after the id, so only the same id finds the queue again.
+    """
+    if not isinstance(durable, str) or not durable:
+        raise ConfigurationError(f"durable must be a non-empty str (the subscription's name), not {durable!r}")
+    if id is not None and id != durable:
+        raise ConfigurationError(
+            f"a durable subscription's id is its name: id={id!r} differs from durable={durable!r} (leave id out)"
+        )
 
 
 def routing_type(destination: str) -> Optional[str]:
@@ -298,7 +349,9 @@ class StompProtocol:
         versions: the versions to offer, preferred last as the spec orders them.
         heart_beat: ``(cx, cy)`` in ms: the smallest interval we can send at, the
             interval we want to receive at (0: none).
-        connect_headers: more CONNECT headers (e.g. ``client-id``).
+        connect_headers: more CONNECT headers.
+        client_id: the CONNECT ``client-id`` header: the identity ActiveMQ Classic
+            and Artemis keep durable subscriptions under.
         use_stomp_command: send ``STOMP`` instead of ``CONNECT`` (1.1+ only).
         max_frame_bytes, max_headers, max_header_bytes: the scanner's limits.
         skip_oversized: a MESSAGE over ``max_frame_bytes`` with ``content-length``
@@ -322,6 +375,7 @@ class StompProtocol:
         max_header_bytes: Optional[int] = None,
         skip_oversized: bool = False,
         routing_headers: bool = True,
+        client_id: Optional[str] = None,
     ) -> None:
         self.versions = _check_versions(versions)
         self.requested_heart_beat = _check_heart_beat(heart_beat)
@@ -331,6 +385,17 @@ class StompProtocol:
         self.login = login
         self.passcode = passcode
         self.connect_headers = dict(connect_headers or {})
+        if client_id is not None:
+            if not isinstance(client_id, str) or not client_id:
+                raise ConfigurationError(f"client_id must be a non-empty str, not {client_id!r}")
+            given = self.connect_headers.get("client-id")
+            if given is not None and given != client_id:
+                raise ConfigurationError(
+                    f"client_id={client_id!r} and connect_headers' client-id {given!r} differ: give one"
+                )
+            self.connect_headers["client-id"] = client_id
+        #: the connection's client-id (client_id=, or connect_headers'), or None
+        self.client_id: Optional[str] = self.connect_headers.get("client-id")
         self.use_stomp_command = use_stomp_command
         #: on Artemis, /queue/ and /topic/ get their routing-type headers (ANYCAST, MULTICAST)
         self.routing_headers = routing_headers
@@ -360,6 +425,7 @@ class StompProtocol:
         self._skipped = 0  # the scanner's count of SkippedFrames already made OversizedMessages
         self._receipts = 0
         self._subscriptions: Dict[str, str] = {}  # id -> ack mode
+        self._durable: Dict[str, str] = {}  # id -> durable name, for the durable ones
         self._next_sub = 0
         self._next_tx = 0
         self._transactions: Set[str] = set()
@@ -591,6 +657,7 @@ class StompProtocol:
         id: Optional[str] = None,
         receipt: bool = False,
         prefetch: Optional[int] = None,
+        durable: Optional[str] = None,
     ) -> Tuple[bytes, str, Optional[str]]:
         """A SUBSCRIBE frame; returns ``(bytes, subscription_id, receipt_id or None)``.
 
@@ -599,6 +666,11 @@ class StompProtocol:
         ``headers`` name one of :data:`PREFETCH_HEADERS`. On Artemis a
         ``/queue/`` or ``/topic/`` destination gets its ``subscription-type``
         unless ``headers`` set it or ``routing_headers`` is off.
+
+        ``durable``: a durable subscription of this name, in the headers this
+        broker reads (:func:`durable_headers`; headers the caller set win); its
+        id is the name. Refused (ConfigurationError) on a broker that needs a
+        ``client-id`` (:data:`DURABLE_NEEDS_CLIENT_ID`) when the session has none.
         """
         self._check("SUBSCRIBE")
         check_destination(destination)
@@ -606,6 +678,9 @@ class StompProtocol:
             raise ConfigurationError(f"ack must be one of {', '.join(ACK_MODES)}, not {ack!r}")
         if ack == "client-individual" and self.version == "1.0":
             raise LocalProtocolError("ack mode client-individual needs STOMP 1.1 or later; this session is 1.0")
+        if durable is not None:
+            self.check_durable(durable, id)
+            id = durable
         if id is None:
             self._next_sub += 1
             id = str(self._next_sub)
@@ -615,21 +690,58 @@ class StompProtocol:
         receipt_id = self._finish(h, receipt, headers)
         if prefetch is not None and not any(name in h for name in PREFETCH_HEADERS):
             h.update(prefetch_headers(self.broker, prefetch))
+        if durable is not None:
+            for name, value in durable_headers(self.broker, durable).items():
+                h.setdefault(name, value)
         self._add_routing(h, "subscription-type", destination)
         data = self._encode("SUBSCRIBE", h)
         self._subscriptions[id] = ack
+        if durable is not None:
+            self._durable[id] = durable
         return data, id, receipt_id
 
-    def unsubscribe(self, subscription: str, *, receipt: bool = False) -> Tuple[bytes, Optional[str]]:
-        """An UNSUBSCRIBE frame; returns ``(bytes, receipt_id or None)``."""
+    def check_durable(self, durable: Any, id: Optional[str] = None) -> None:
+        """Raise what :meth:`subscribe` would refuse ``durable=`` (and ``id``) with on this session.
+
+        Before CONNECTED the broker is not known yet and only the name is checked.
+        """
+        check_durable(durable, id)
+        if self.client_id is None and self.broker in DURABLE_NEEDS_CLIENT_ID:
+            raise ConfigurationError(
+                f"a durable subscription on {self.server or self.broker} needs a client identity: create the"
+                " client with client_id=... (the broker keeps the subscription under it, and a later"
+                " connection with the same client_id finds it again)"
+            )
+
+    def unsubscribe(
+        self, subscription: str, *, receipt: bool = False, forget: bool = False
+    ) -> Tuple[bytes, Optional[str]]:
+        """An UNSUBSCRIBE frame; returns ``(bytes, receipt_id or None)``.
+
+        A durable subscription stays on the broker (its messages wait for the
+        next subscriber of that name) unless ``forget``: then the bytes delete it
+        too, in the headers this broker reads (:func:`forget_headers`). ActiveMQ
+        Classic refuses to delete a durable subscription that still has a consumer
+        ("Durable consumer is in use"), so there the bytes are two frames: a plain
+        UNSUBSCRIBE, then the one that deletes (the receipt, if any, is on it).
+        """
         self._check("UNSUBSCRIBE")
         if subscription not in self._subscriptions:
             raise LocalProtocolError(f"no subscription {subscription!r} on this connection")
+        name = self._durable.get(subscription)
+        if forget and name is None:
+            raise LocalProtocolError(f"subscription {subscription!r} is not durable: there is nothing to forget")
         # STOMP 1.0 names the subscription by destination or id; id works on every broker.
         h: Dict[str, Any] = {"id": subscription}
+        first = b""
+        if forget and name is not None:
+            if self.broker == "activemq":
+                first = self._encode("UNSUBSCRIBE", {"id": subscription})
+            h.update(forget_headers(self.broker, name))
         receipt_id = self._finish(h, receipt)
-        data = self._encode("UNSUBSCRIBE", h)
+        data = first + self._encode("UNSUBSCRIBE", h)
         del self._subscriptions[subscription]
+        self._durable.pop(subscription, None)
         return data, receipt_id
 
     def ack_mode(self, subscription: str) -> Optional[str]:

@@ -20,7 +20,7 @@ from ._stats import Counters
 from ._receipt import PendingReceipt
 from ._subscription import DEFAULT_BUFFER_SIZE, AsyncSubscription, Inlet, LiveSession, SubscriptionOps
 from ._transaction import AsyncTransaction, SessionTransaction, TransactionOps
-from .errors import StaleMessageError, StompError
+from .errors import ClientClosedError, StaleMessageError, StompError
 
 __all__ = ["Session"]
 
@@ -81,6 +81,7 @@ class Session(Counters):
         buffer_size: int = DEFAULT_BUFFER_SIZE,
         receipt: bool = True,
         id: Optional[str] = None,
+        durable: Optional[str] = None,
     ) -> AsyncSubscription:
         """A subscription to ``destination``, used as ``async with client.subscribe(...) as sub:``.
 
@@ -93,17 +94,28 @@ class Session(Counters):
                 set one.
             receipt: wait for the broker to confirm the subscription on entry
                 (errors such as a refused destination surface there).
-            id: the subscription id (default: a counter).
+            id: the subscription id (default: a counter; a durable subscription's is its name).
+            durable: a durable subscription of this name (for a ``/topic/``): the
+                broker keeps it, and the messages sent while nobody is subscribed,
+                when the subscriber leaves or loses its connection; subscribing
+                again with the same name (and the same ``client_id``) gets them.
+                The client writes the headers the broker reads (docs/brokers.md).
+                ActiveMQ Classic and Artemis need the client's ``client_id``:
+                without one it is refused (ConfigurationError) once the broker is
+                known. Leaving the block keeps it; ``aclose(forget=True)`` deletes it.
         """
         check_destination(destination)  # refused by this call, not when the block is entered
+        if durable is not None:
+            # the name and id now; the client identity too once the broker is known (else on entry)
+            self._protocol.check_durable(durable, id)
         headers = dict(headers) if headers else None
-        return AsyncSubscription(self._ops(), destination, ack, headers, buffer_size, receipt, id)
+        return AsyncSubscription(self._ops(), destination, ack, headers, buffer_size, receipt, id, durable)
 
     async def _subscribe(self, sub: Inlet) -> None:
         await self._ensure_open()
         data, sub_id, receipt_id = self._protocol.subscribe(
             sub.destination, ack=sub.ack_mode, headers=sub.headers, id=sub.id, receipt=sub.wants_receipt,
-            prefetch=sub.prefetch,
+            prefetch=sub.prefetch, durable=sub.durable,
         )
         sub.id = sub_id
         self._subs[sub_id] = sub
@@ -133,8 +145,15 @@ class Session(Counters):
             raise
         sub.confirming = None
 
-    async def _unsubscribe(self, sub: Inlet) -> None:
+    async def _unsubscribe(self, sub: Inlet, forget: bool = False) -> None:
         if sub.id is None or self._subs.get(sub.id) is not sub:
+            if forget:
+                raise ClientClosedError(
+                    f"subscription {sub.id!r} is not open: its durable subscription was not deleted"
+                )
+            return
+        if forget:
+            await self._forget(sub)
             return
         del self._subs[sub.id]
         self._n_received_gone += sub.seq
@@ -147,6 +166,27 @@ class Session(Counters):
                 self._n_control += 1
                 return
             log.debug("stompfast: UNSUBSCRIBE %r not queued within %g s", sub.id, self._disconnect_timeout)
+
+    async def _forget(self, sub: Inlet) -> None:
+        """UNSUBSCRIBE that deletes the durable subscription ``sub``, confirmed by the broker's receipt."""
+        assert sub.id is not None
+        try:
+            self._check_open()
+        except BaseException:
+            # Deleting needs the broker: on a connection that is down it fails, the
+            # subscription is withdrawn here as by a plain close (never re-established by a
+            # reconnect), and it stays on the broker.
+            await self._unsubscribe(sub)
+            raise
+        del self._subs[sub.id]
+        self._n_received_gone += sub.seq
+        data, receipt_id = self._protocol.unsubscribe(sub.id, receipt=True, forget=True)
+        pending = self._register(receipt_id) if receipt_id is not None else None
+        await self._write(data)
+        self._n_control += 1
+        if pending is not None:
+            self._flush_now()
+            await pending.wait()
 
     def _check_stale(self, command: str, message: Message) -> None:
         """Refuse an ACK/NACK of a message delivered on a connection that is gone (or going).

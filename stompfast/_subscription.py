@@ -55,10 +55,10 @@ class Inlet:
     """
 
     __slots__ = ("destination", "ack_mode", "headers", "id", "wants_receipt", "buffer_size", "pause_at", "prefetch",
-                 "messages", "ready", "space", "closed", "error", "seq", "owner", "confirming")
+                 "messages", "ready", "space", "closed", "error", "seq", "owner", "confirming", "durable")
 
     def __init__(self, owner: Any, destination: str, ack: str, headers: Optional[Dict[str, Any]],
-                 buffer_size: int, receipt: bool, id: Optional[str]) -> None:
+                 buffer_size: int, receipt: bool, id: Optional[str], durable: Optional[str] = None) -> None:
         if type(buffer_size) is not int or buffer_size < 1:
             raise ConfigurationError(f"buffer_size must be a positive int, not {buffer_size!r}")
         #: the AsyncSubscription whose messages these are (``message.ack()`` goes there)
@@ -82,6 +82,8 @@ class Inlet:
         #: SUBSCRIBE asks for a receipt (and the subscriber waits for it)
         self.wants_receipt = receipt
         self.id: Optional[str] = id
+        #: the durable subscription's name (the session writes the headers its broker reads), or None
+        self.durable = durable
         self.messages: Deque[Message] = deque()
         #: set() when a message arrives or the subscription closes (an anyio.Event, or a ThreadHandoff)
         self.ready: Any = anyio.Event()
@@ -135,7 +137,7 @@ class SubscriptionOps:
     def __init__(
         self,
         subscribe: Callable[[Inlet], Awaitable[None]],
-        unsubscribe: Callable[[Inlet], Awaitable[None]],
+        unsubscribe: Callable[[Inlet, bool], Awaitable[None]],
         ack: Callable[[str, Message, Optional[str], bool], Awaitable[None]],
         queue_ack: Callable[[Message], bool],
         check_ack: Callable[[Message, Inlet], None],
@@ -143,7 +145,8 @@ class SubscriptionOps:
     ) -> None:
         #: SUBSCRIBE (and wait for its receipt if the inlet wants one); the session then fills the inlet
         self.subscribe = subscribe
-        #: UNSUBSCRIBE, bounded; the session forgets the inlet
+        #: UNSUBSCRIBE ``(inlet, forget)``, bounded; the session forgets the inlet (with ``forget``, the
+        #: broker deletes the durable subscription, confirmed by a receipt)
         self.unsubscribe = unsubscribe
         #: ACK or NACK ``(command, message, transaction, receipt)``, waiting as needed
         self.ack = ack
@@ -159,7 +162,8 @@ class AsyncSubscription:
     """A subscription to one destination; use it as ``async with client.subscribe(...) as sub``.
 
     Iterate it (``async for message in sub``), or call :meth:`receive` /
-    :meth:`receive_batch`. Leaving the ``async with`` block unsubscribes;
+    :meth:`receive_batch`. Leaving the ``async with`` block unsubscribes (a
+    durable subscription stays on the broker: ``aclose(forget=True)`` deletes it);
     messages still in the local buffer are dropped. In ``auto`` mode the broker
     counted them as delivered; in the other modes it redelivers every unacked
     message (RabbitMQ only once the connection closes: it keeps a cancelled
@@ -177,17 +181,20 @@ class AsyncSubscription:
         buffer_size: int,
         receipt: bool,
         id: Optional[str],
+        durable: Optional[str] = None,
     ) -> None:
         self._ops = ops
         self._queue_ack = ops.queue_ack  # (bound once: the per-ack call skips a hop)
         self._live = ops.live
-        inlet = self._inlet = Inlet(self, destination, ack, headers, buffer_size, receipt, id)
+        inlet = self._inlet = Inlet(self, destination, ack, headers, buffer_size, receipt, id, durable)
         self._buffer = inlet.messages  # the same deque: the hot paths skip a hop
         self._pause_at = inlet.pause_at
         self.destination = destination
         self.ack_mode = ack
         self.headers = inlet.headers
         self.buffer_size = buffer_size
+        #: the name of a durable subscription (``subscribe(..., durable=name)``), or None
+        self.durable = durable
         self._acked = 0  # client mode: every message up to this one is acknowledged
 
     @property
@@ -272,13 +279,26 @@ class AsyncSubscription:
     def closed(self) -> bool:
         return self._inlet.closed
 
-    async def aclose(self) -> None:
-        """Unsubscribe (if the connection is still up) and drop the buffered messages."""
+    async def aclose(self, *, forget: bool = False) -> None:
+        """Unsubscribe (if the connection is still up) and drop the buffered messages.
+
+        A durable subscription stays on the broker, which keeps its messages for
+        the next subscriber of that name; ``forget=True`` deletes it, and with it
+        the messages it holds. Deleting needs the connection: it waits for the
+        broker's receipt and raises what the broker answered (ServerError) or
+        why it could not be sent (ConnectionLostError...); the subscription is
+        closed here either way.
+        """
         inlet = self._inlet
+        if forget and self.durable is None:
+            raise ConfigurationError(f"subscription {self.id!r} is not durable: forget=True has nothing to delete")
         if inlet.closed:
+            if forget:
+                raise ClientClosedError(f"subscription {self.id!r} is closed: it can no longer delete its durable"
+                                        " subscription (open it again and aclose(forget=True))")
             return
         try:
-            await self._ops.unsubscribe(inlet)
+            await self._ops.unsubscribe(inlet, forget)
         finally:
             inlet.close(None)
             self._buffer.clear()

@@ -538,6 +538,7 @@ class Client:
         buffer_size: int = DEFAULT_BUFFER_SIZE,
         receipt: bool = True,
         id: Optional[str] = None,
+        durable: Optional[str] = None,
         callback: Optional[Callback] = None,
         on_error: Optional[ErrorHandler] = None,
         timeout: Optional[float] = None,
@@ -564,7 +565,8 @@ class Client:
             raise ConfigurationError(f"callback must be callable, not {callback!r}")
         if on_error is not None and (callback is None or not callable(on_error)):
             raise ConfigurationError("on_error needs a callback= and must be callable")
-        kwargs = {"ack": ack, "headers": headers, "buffer_size": buffer_size, "receipt": receipt, "id": id}
+        kwargs = {"ack": ack, "headers": headers, "buffer_size": buffer_size, "receipt": receipt, "id": id,
+                  "durable": durable}
         sub = self._loop.call(
             functools.partial(open_subscription, self._async, destination, kwargs),
             timeout,

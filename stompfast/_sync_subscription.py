@@ -133,6 +133,11 @@ class Subscription:
         return self._async.buffer_size
 
     @property
+    def durable(self) -> Optional[str]:
+        """The name of a durable subscription, or None."""
+        return self._async.durable
+
+    @property
     def id(self) -> Optional[str]:
         return self._async.id
 
@@ -268,12 +273,19 @@ class Subscription:
 
     # -- closing ------------------------------------------------------------------------------
 
-    def close(self) -> None:
+    def close(self, *, forget: bool = False) -> None:
         """Unsubscribe (if the connection is still up), drop the buffered messages, stop the callback thread.
 
         A callback running now is finished first (unless ``close`` is called by
         the callback itself). Idempotent and safe after a failure.
+
+        A durable subscription stays on the broker; ``forget=True`` deletes it
+        (see :meth:`AsyncSubscription.aclose`): that waits for the broker's
+        receipt (within the client's ``disconnect_timeout``) and raises what
+        went wrong instead of passing over it.
         """
+        if forget and self._async.durable is None:
+            raise ConfigurationError(f"subscription {self.id!r} is not durable: forget=True has nothing to delete")
         worker = self._worker
         if worker is not None:
             worker.stopping = True
@@ -282,14 +294,16 @@ class Subscription:
         self._outbox.write_before_closing(budget)  # queued ACKs go out before the UNSUBSCRIBE
         try:
             self._loop.call(
-                self._async.aclose,
+                functools.partial(self._async.aclose, forget=forget),
                 max(deadline - time.monotonic(), 0.001),
-                lambda: StompTimeout(f"UNSUBSCRIBE of {self.id!r} not queued within {budget:g} s"),
+                lambda: StompTimeout(f"UNSUBSCRIBE of {self.id!r} not done within {budget:g} s"),
             )
         except StompError:
             # the client is closed, the connection failed, or the broker is not reading:
-            # either way the subscription is gone here (its aclose ran to its finally)
-            pass
+            # either way the subscription is gone here (its aclose ran to its finally);
+            # a durable subscription that was to be deleted may not be, which the caller must know
+            if forget:
+                raise
         finally:
             if worker is not None:
                 worker.join()

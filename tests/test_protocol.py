@@ -828,3 +828,112 @@ def test_a_transactional_ack_is_refused_on_artemis_only():
         else:
             p.check_transactional_settle("ACK")
             assert p.ack(message, transaction=tx)
+
+
+# -- durable subscriptions: what each broker is sent -------------------------------------------
+
+ARTEMIS_SERVER = "ActiveMQ-Artemis/2.40.0 ActiveMQ Artemis Messaging Engine"
+_DURABLE_NAMES = ("durable", "auto-delete", "activemq.subscriptionName", "durable-subscription-name")
+
+
+def _durable_session(server: str, **kwargs) -> StompProtocol:
+    p = StompProtocol(heart_beat=(0, 0), **kwargs)
+    p.connect()
+    p.receive_data(encode_frame("CONNECTED", {"version": "1.2", "server": server}))
+    return p
+
+
+def _frames(data: bytes):
+    return FrameScanner(version="1.2").feed(data)
+
+
+@pytest.mark.parametrize(
+    "server, subscribe, forget",
+    [
+        ("RabbitMQ/3.10.8", {"durable": "true", "auto-delete": "false"}, [{"durable": "true"}]),
+        ("ActiveMQ/5.17.2", {"activemq.subscriptionName": "prices-reader"},
+         [{}, {"activemq.subscriptionName": "prices-reader"}]),
+        (ARTEMIS_SERVER, {"durable-subscription-name": "prices-reader"},
+         [{"durable-subscription-name": "prices-reader"}]),
+        ("something/1", {"durable": "true", "auto-delete": "false", "activemq.subscriptionName": "prices-reader",
+                         "durable-subscription-name": "prices-reader"},
+         [{"durable": "true", "activemq.subscriptionName": "prices-reader",
+           "durable-subscription-name": "prices-reader"}]),
+    ],
+    ids=["rabbitmq", "activemq", "artemis", "unknown"],
+)
+def test_each_broker_gets_the_durable_headers_it_reads(server, subscribe, forget):
+    p = _durable_session(server, client_id="app-1")
+    data, sub_id, _ = p.subscribe("/topic/prices", ack="client-individual", durable="prices-reader")
+    headers = parse(data).headers
+    # the id is the name (RabbitMQ names the durable queue after it)
+    assert sub_id == headers["id"] == "prices-reader"
+    assert {k: v for k, v in headers.items() if k in _DURABLE_NAMES} == subscribe
+    # a plain UNSUBSCRIBE keeps the durable subscription on the broker: no durable header
+    data, _ = p.unsubscribe(sub_id)
+    assert [f.headers for f in _frames(data)] == [{"id": "prices-reader"}]
+    # forget: the headers that delete it (ActiveMQ: a plain UNSUBSCRIBE first, as it
+    # refuses to delete a subscription whose consumer is still there), the receipt on the last
+    p.subscribe("/topic/prices", durable="prices-reader")
+    data, rid = p.unsubscribe("prices-reader", forget=True, receipt=True)
+    frames = _frames(data)
+    assert [f.command for f in frames] == ["UNSUBSCRIBE"] * len(forget)
+    assert [{k: v for k, v in f.headers.items() if k != "receipt"} for f in frames] == [
+        {"id": "prices-reader", **h} for h in forget
+    ]
+    assert frames[-1].headers["receipt"] == rid and all("receipt" not in f.headers for f in frames[:-1])
+
+
+def test_durable_headers_of_the_caller_win_and_routing_still_applies():
+    p = _durable_session(ARTEMIS_SERVER, client_id="app-1")
+    data, _, _ = p.subscribe("/topic/t", durable="n", headers={"durable-subscription-name": "mine"})
+    frame = parse(data)
+    assert frame.header_list.count(("durable-subscription-name", "mine")) == 1
+    assert "n" not in [v for k, v in frame.header_list if k == "durable-subscription-name"]
+    assert frame.headers["subscription-type"] == "MULTICAST"
+
+
+@pytest.mark.parametrize("server", ["ActiveMQ/5.17.2", ARTEMIS_SERVER])
+def test_a_durable_subscription_without_client_id_is_refused_where_the_broker_needs_one(server):
+    p = _durable_session(server)
+    with pytest.raises(ConfigurationError, match="client_id"):
+        p.subscribe("/topic/t", durable="n")
+    with pytest.raises(ConfigurationError, match="client_id"):
+        p.check_durable("n")
+    # nothing was recorded: the name is free for a later subscribe
+    assert p.ack_mode("n") is None
+    # a client-id given in connect_headers counts too
+    p = _durable_session(server, connect_headers={"client-id": "app-1"})
+    assert parse(p.subscribe("/topic/t", durable="n")[0]).headers["id"] == "n"
+
+
+def test_rabbitmq_needs_no_client_id_for_a_durable_subscription():
+    p = _durable_session("RabbitMQ/3.10.8")
+    assert parse(p.subscribe("/topic/t", durable="n")[0]).headers["durable"] == "true"
+
+
+def test_client_id_is_the_connect_header():
+    p = StompProtocol(client_id="app-1")
+    assert parse(p.connect()).headers["client-id"] == "app-1"
+    assert StompProtocol(client_id="a", connect_headers={"client-id": "a"}).client_id == "a"
+    with pytest.raises(ConfigurationError, match="differ"):
+        StompProtocol(client_id="a", connect_headers={"client-id": "b"})
+    for bad in ("", 5):
+        with pytest.raises(ConfigurationError, match="client_id"):
+            StompProtocol(client_id=bad)
+
+
+def test_durable_name_and_id_are_checked_and_forget_needs_a_durable_subscription():
+    p = _durable_session("RabbitMQ/3.10.8")
+    for bad in ("", 3):
+        with pytest.raises(ConfigurationError, match="durable"):
+            p.subscribe("/topic/t", durable=bad)
+    with pytest.raises(ConfigurationError, match="id"):
+        p.subscribe("/topic/t", durable="n", id="other")
+    # the same id as the name is accepted
+    assert p.subscribe("/topic/t", durable="n", id="n")[1] == "n"
+    with pytest.raises(LocalProtocolError, match="already in use"):
+        p.subscribe("/topic/u", durable="n")
+    _, plain, _ = p.subscribe("/topic/t")
+    with pytest.raises(LocalProtocolError, match="not durable"):
+        p.unsubscribe(plain, forget=True)

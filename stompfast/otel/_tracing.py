@@ -379,9 +379,9 @@ class TracedAsyncSubscription(AsyncSubscription):
             self.otel.settled(message, "ack", False, None)
         return done
 
-    async def aclose(self) -> None:
+    async def aclose(self, *, forget: bool = False) -> None:
         try:
-            await super().aclose()
+            await super().aclose(forget=forget)
         finally:
             self.otel.close()
 
@@ -429,9 +429,9 @@ class TracedSubscription(Subscription):
             raise
         otel.settled(message, command, receipt, None)
 
-    def close(self) -> None:
+    def close(self, *, forget: bool = False) -> None:
         try:
-            super().close()
+            super().close(forget=forget)
         finally:
             self.otel.close()
 
