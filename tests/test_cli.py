@@ -471,7 +471,7 @@ def test_passcodes_are_masked_and_flags_win(stomp_broker_thread) -> None:
 
 # -- real brokers ---------------------------------------------------------------------------------
 
-REAL_BROKERS = {name: broker_url(name) for name in ("rabbitmq", "activemq")}
+REAL_BROKERS = {name: broker_url(name) for name in ("rabbitmq", "activemq", "artemis")}
 
 
 def _real_broker(name: str) -> str:

@@ -10,13 +10,15 @@ fail is not mistaken for a fix.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import uuid
 from typing import Any, List
 
 import anyio
 import pytest
 
-from stompfast import AsyncClient, Client, LocalProtocolError, Message
+from stompfast import AsyncClient, Client, ConnectionLostError, LocalProtocolError, Message, ReconnectPolicy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
@@ -187,3 +189,45 @@ def test_the_blocking_client_refuses_a_transactional_ack_too(artemis_url):
                 with pytest.raises(LocalProtocolError, match="Artemis"):
                     tx.ack(message, timeout=WAIT)
             message.ack(receipt=True, timeout=WAIT)
+
+
+# -- reconnect across a restart of the broker -------------------------------------------------
+
+
+SCRIPT = os.environ.get(
+    "STOMPFAST_BROKERS_SCRIPT", os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "brokers.sh")
+)
+
+
+def restart_artemis() -> None:
+    done = subprocess.run(["bash", SCRIPT, "restart", "artemis"], capture_output=True, text=True, timeout=180)
+    if done.returncode != 0:
+        raise RuntimeError(f"brokers.sh restart artemis failed: {done.stdout}{done.stderr}")
+
+
+@pytest.mark.anyio
+async def test_a_consumer_and_a_producer_come_back_after_artemis_restarts(artemis_url):
+    # The private Artemis is non-persistent: what was queued at the restart is gone by
+    # design. What must hold: both clients reconnect by themselves, the subscription is
+    # re-established (with its routing header), and what is sent afterwards arrives.
+    queue = name("queue")
+    events: List[Any] = []
+    policy = ReconnectPolicy(initial_delay=0.2, max_delay=1.0, jitter=0.1)
+    async with AsyncClient(artemis_url, heart_beat=(1000, 1000), reconnect=policy, on_event=events.append) as c:
+        async with c.subscribe(queue, ack="client-individual") as sub:
+            await c.send(queue, b"before", receipt=True)
+            with anyio.fail_after(WAIT):
+                await (await sub.receive()).ack()
+            await anyio.to_thread.run_sync(restart_artemis)
+            with anyio.fail_after(60):
+                while True:
+                    try:
+                        await c.send(queue, b"after", receipt=True)
+                        break
+                    except ConnectionLostError:
+                        await anyio.sleep(0.2)  # the restart took this receipt: send again
+                message = await sub.receive()
+            assert message.body == b"after"
+            await message.ack(receipt=True)
+    assert c.reconnects >= 1
+    assert "disconnected" in [e.kind for e in events]

@@ -20,12 +20,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.timeout(60
 WAIT = 10  # seconds any single broker round trip may take before the test fails
 
 
-@pytest.fixture
-def broker(every_broker: str) -> str:
-    """Every broker, Artemis too."""
-    return every_broker
-
-
 def client(url: str, version: str, **kwargs) -> AsyncClient:
     kwargs.setdefault("heart_beat", (0, 0))
     kwargs.setdefault("reconnect", False)  # these tests pin single-connection semantics
