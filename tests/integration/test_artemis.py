@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
 from typing import Any, List
 
@@ -231,3 +232,26 @@ async def test_a_consumer_and_a_producer_come_back_after_artemis_restarts(artemi
             await message.ack(receipt=True)
     assert c.reconnects >= 1
     assert "disconnected" in [e.kind for e in events]
+
+
+# -- heart-beats: Artemis drops a silent client after about two intervals --------------------
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_blocking_consumer_that_sleeps_keeps_its_connection(artemis_url, backend):
+    # Artemis derives its connection TTL from the client's heart-beat (measured: a client
+    # asking for 500,500 that falls silent is dropped after 2-3 s). The blocking client
+    # beats from its own loop thread, so an application thread that sleeps between
+    # messages for several TTLs must not lose the connection.
+    queue = name("queue")
+    with Client(artemis_url, heart_beat=(500, 500), reconnect=False, backend=backend) as c:
+        assert c.heart_beat[0] > 0 and c.heart_beat[1] > 0
+        with c.subscribe(queue, ack="client-individual") as sub:
+            c.send(queue, b"one", receipt=True, timeout=WAIT)
+            sub.receive(timeout=WAIT).ack()
+            time.sleep(4)  # the application is busy: no call into the client
+            c.send(queue, b"two", receipt=True, timeout=WAIT)
+            message = sub.receive(timeout=WAIT)
+            assert message.body == b"two"
+            message.ack(receipt=True, timeout=WAIT)
+        assert c.is_connected and c.error is None and c.stats().reconnects == 0
