@@ -118,6 +118,12 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
             :class:`~stompfast.TLSError`.
         server_hostname: the name sent as SNI and checked against the broker's
             certificate (default: the host connected to). TLS only.
+        websocket_max_message_bytes: ``ws://``/``wss://`` only: the most payload
+            bytes in one WebSocket message (sent as one WebSocket frame). A write
+            longer than that (a burst of frames, or one large frame) goes out as
+            several messages, which brokers read as one byte stream. Default
+            65,536: Artemis drops the connection on a larger WebSocket frame
+            (its ``webSocketMaxFramePayloadLength``). See docs/tls.md.
         versions: STOMP versions to offer (default all three; the broker picks).
         heart_beat: ``(cx, cy)`` milliseconds: how often we can send, how often we
             want to hear from the broker (0 = never). Default ``(10000, 10000)``.
@@ -179,6 +185,10 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
         self._write_through_bytes = send_buffer_bytes
         self._stall_timeout = check_positive("stall_timeout", o["stall_timeout"])
         self._disconnect_timeout = check_positive("disconnect_timeout", o["disconnect_timeout"])
+        ws_max = o["websocket_max_message_bytes"]
+        if type(ws_max) is not int or ws_max < 1:
+            raise ConfigurationError(f"websocket_max_message_bytes must be a positive int, not {ws_max!r}")
+        self._websocket_max_message_bytes = ws_max
         # One protocol object per connection (a new session each time); making the
         # first one now checks versions, heart_beat and limits before any I/O.
         self._protocol_options: Dict[str, Any] = {name: o[name] for name in PROTOCOL_OPTIONS}

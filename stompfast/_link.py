@@ -79,6 +79,7 @@ class Link(Counters):
     _ssl_option: Union[bool, _ssl.SSLContext, None]
     _server_hostname: Optional[str]
     _connect_timeout: float
+    _websocket_max_message_bytes: int
     _registry_lock: Any
     _subs: Dict[str, Inlet]
     _protocol: StompProtocol
@@ -169,7 +170,9 @@ class Link(Counters):
             if endpoint.websocket:
                 from ._websocket import subprotocols
 
-                websocket = WebSocketSpec(endpoint.path, subprotocols(protocol.versions))
+                websocket = WebSocketSpec(
+                    endpoint.path, subprotocols(protocol.versions), self._websocket_max_message_bytes
+                )
             try:
                 with anyio.fail_after(self._connect_timeout):
                     transport = await open_transport(

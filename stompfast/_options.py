@@ -54,6 +54,7 @@ class ClientOptions(TypedDict, total=False):
     on_event: Optional[Callable[[ConnectionEvent], Any]]
     ssl: Union[bool, _ssl.SSLContext, None]
     server_hostname: Optional[str]
+    websocket_max_message_bytes: int
 
 
 #: The default of every option, in ClientOptions' order.
@@ -81,6 +82,7 @@ DEFAULTS: Dict[str, Any] = {
     "on_event": None,
     "ssl": None,
     "server_hostname": None,
+    "websocket_max_message_bytes": 65536,
 }
 assert list(DEFAULTS) == list(ClientOptions.__annotations__), "DEFAULTS must follow ClientOptions"
 

@@ -420,13 +420,15 @@ class WebSocketAsyncioTransport(AsyncioTransport):
 
 
 class WebSocketSpec:
-    """What the WebSocket upgrade request asks for: the HTTP path and the subprotocols."""
+    """What the WebSocket upgrade request asks for (the HTTP path, the subprotocols), and the cap on sent messages."""
 
-    __slots__ = ("path", "subprotocols")
+    __slots__ = ("path", "subprotocols", "max_message_bytes")
 
-    def __init__(self, path: str, subprotocols: "list[str]") -> None:
+    def __init__(self, path: str, subprotocols: "list[str]", max_message_bytes: int = 65536) -> None:
         self.path = path
         self.subprotocols = subprotocols
+        #: payload bytes per WebSocket message (one frame) sent at most: longer writes are split
+        self.max_message_bytes = max_message_bytes
 
 
 async def _open_asyncio(
@@ -459,7 +461,7 @@ async def _open_asyncio_ws(
     tls = ssl_context is not None
     wsconn, request = opening_request(host, port, ws.path, ws.subprotocols, tls)
     protocol = _Protocol()
-    layer = WebSocketLayer(protocol, wsconn, request, ws_url(host, port, ws.path, tls), loop)
+    layer = WebSocketLayer(protocol, wsconn, request, ws_url(host, port, ws.path, tls), loop, ws.max_message_bytes)
     kwargs: Any = {"ssl": ssl_context, "server_hostname": server_hostname or host} if tls else {}
     raw, _ = await loop.create_connection(lambda: layer, host, port, **kwargs)
     try:
@@ -530,7 +532,13 @@ async def open_transport(
 
                 try:
                     stream = await WebSocketStream.connect(
-                        stream, host, port, websocket.path, websocket.subprotocols, ssl_context is not None
+                        stream,
+                        host,
+                        port,
+                        websocket.path,
+                        websocket.subprotocols,
+                        ssl_context is not None,
+                        websocket.max_message_bytes,
                     )
                 except BaseException:
                     await anyio.aclose_forcefully(stream)

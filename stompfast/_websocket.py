@@ -14,9 +14,13 @@ the client cannot tell the difference:
 
 STOMP frames are a byte stream inside the messages: a received message may hold
 several frames or part of one, text or binary, fragmented across WebSocket
-frames or not (the scanner copes with any chunking). Each write is sent as one
-binary message, which may hold several frames (RabbitMQ's Web-STOMP and Spring
-parse messages as a stream). Pings are answered; a close from the broker is
+frames or not (the scanner copes with any chunking). Each write is sent as
+binary messages of at most ``max_message_bytes`` (the client option
+``websocket_max_message_bytes``, default :data:`MAX_MESSAGE_BYTES`), each one
+WebSocket frame: a message may hold several STOMP frames, and a STOMP frame (or
+a burst) longer than the cap spans several messages (RabbitMQ's Web-STOMP,
+Artemis and Spring parse messages as a byte stream; Artemis closes the
+connection on a WebSocket frame over 65,536 bytes). Pings are answered; a close from the broker is
 answered and ends the connection (codes other than 1000/1001 as an error);
 closing sends a close frame and waits briefly for the broker's.
 
@@ -37,11 +41,15 @@ from anyio.abc import ByteStream
 from .errors import ConfigurationError, ConnectError
 
 __all__ = [
-    "SUBPROTOCOLS", "WebSocketLayer", "WebSocketStream", "opening_request", "require_wsproto", "subprotocols", "ws_url",
+    "MAX_MESSAGE_BYTES", "SUBPROTOCOLS", "WebSocketLayer", "WebSocketStream", "opening_request", "require_wsproto",
+    "subprotocols", "ws_url",
 ]
 
 #: STOMP version -> WebSocket subprotocol name (the STOMP 1.2 spec's registry)
 SUBPROTOCOLS = {"1.2": "v12.stomp", "1.1": "v11.stomp", "1.0": "v10.stomp"}
+#: the default cap on the payload of each WebSocket message (one frame) the client sends:
+#: Artemis's default ``webSocketMaxFramePayloadLength``, beyond which it drops the connection
+MAX_MESSAGE_BYTES = 65536
 #: seconds ``aclose`` waits for the broker's close frame after sending ours
 CLOSE_TIMEOUT = 1.0
 _CLEAN_CLOSE = (1000, 1001)
@@ -160,14 +168,26 @@ def _answer_close(conn: Any, event: Any) -> "tuple[bytes, Optional[str]]":
     return b"", None  # the answer to our own close frame
 
 
+def _split(conn: Any, message: Any, data: bytes, cap: int) -> bytes:
+    """``data`` as binary WebSocket messages of at most ``cap`` bytes each, ready to write at once."""
+    # memoryview slices: wsproto copies each payload while masking it, so no copy here.
+    # One write of the joined messages costs less than a write per message.
+    view = memoryview(data)
+    send = conn.send
+    return b"".join([send(message(data=view[i:i + cap])) for i in range(0, len(view), cap)])
+
+
 # -- asyncio -------------------------------------------------------------------------------
 
 
 class WebSocketLayer(asyncio.Protocol):
     """asyncio protocol of the socket and transport of the ``_Protocol`` above it."""
 
-    def __init__(self, inner: Any, ws: Any, request: bytes, url: str, loop: Any) -> None:
+    def __init__(
+        self, inner: Any, ws: Any, request: bytes, url: str, loop: Any, max_message_bytes: int = MAX_MESSAGE_BYTES
+    ) -> None:
         self._inner = inner
+        self._max = max_message_bytes
         self._handshake: Optional[_Handshake] = _Handshake(ws, url)
         self._request = request
         self._conn: Any = None  # wsproto's Connection once the upgrade is accepted
@@ -278,7 +298,10 @@ class WebSocketLayer(asyncio.Protocol):
     def write(self, data: bytes) -> None:
         if self._closing:
             return
-        self._raw.write(self._conn.send(self._BytesMessage(data=data)))
+        if len(data) <= self._max:
+            self._raw.write(self._conn.send(self._BytesMessage(data=data)))
+            return
+        self._raw.write(_split(self._conn, self._BytesMessage, data, self._max))
 
     def is_closing(self) -> bool:
         return self._closing or self._raw.is_closing()
@@ -315,7 +338,7 @@ class WebSocketLayer(asyncio.Protocol):
 class WebSocketStream(ByteStream):
     """An anyio byte stream of STOMP bytes over a WebSocket on ``stream``."""
 
-    def __init__(self, stream: ByteStream, conn: Any, url: str) -> None:
+    def __init__(self, stream: ByteStream, conn: Any, url: str, max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
         from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 
         self._BytesMessage, self._TextMessage = BytesMessage, TextMessage
@@ -323,6 +346,7 @@ class WebSocketStream(ByteStream):
         self._stream = stream
         self._conn = conn
         self.url = url
+        self._max = max_message_bytes
         self.subprotocol: Optional[str] = None  # what the broker accepted (v12.stomp...)
         self._pending: List[bytes] = []
         self._eof = False
@@ -333,7 +357,14 @@ class WebSocketStream(ByteStream):
 
     @classmethod
     async def connect(
-        cls, stream: ByteStream, host: str, port: int, path: str, protocols: List[str], tls: bool
+        cls,
+        stream: ByteStream,
+        host: str,
+        port: int,
+        path: str,
+        protocols: List[str],
+        tls: bool,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> "WebSocketStream":
         """Upgrade ``stream``; raises ConnectError when the server refuses."""
         url = ws_url(host, port, path, tls)
@@ -347,7 +378,7 @@ class WebSocketStream(ByteStream):
                 raise handshake.eof_error() from None
             if handshake.feed(data):
                 break
-        self = cls(stream, ws.connection, url)
+        self = cls(stream, ws.connection, url, max_message_bytes)
         self.subprotocol = handshake.accepted.subprotocol
         self._handle(list(ws.connection.events()))
         return self
@@ -400,7 +431,10 @@ class WebSocketStream(ByteStream):
     async def send(self, item: bytes) -> None:
         if self._conn.state.name != "OPEN":
             raise anyio.BrokenResourceError(self._error or "the WebSocket is closed")
-        await self._send_raw(self._conn.send(self._BytesMessage(data=item)))
+        if len(item) <= self._max:
+            await self._send_raw(self._conn.send(self._BytesMessage(data=item)))
+        else:
+            await self._send_raw(_split(self._conn, self._BytesMessage, item, self._max))
 
     async def send_eof(self) -> None:
         raise NotImplementedError("a WebSocket cannot be half-closed")

@@ -271,6 +271,74 @@ async def test_ws_messages_split_and_fragmented(split, fragment):
                     assert [(await sub.receive()).body for _ in range(20)] == [b"m%d" % i for i in range(20)]
 
 
+ARTEMIS_FRAME_LIMIT = 65536  # Artemis's default webSocketMaxFramePayloadLength
+
+
+async def _burst(client: AsyncClient, n: int, destination: str) -> None:
+    """``n`` small sends written as one burst, then received back in order."""
+    bodies = [b"burst-%05d-" % i + b"z" * 200 for i in range(n)]
+    async with client.subscribe(destination, buffer_size=n) as sub:
+        for body in bodies:
+            await client.send(destination, body)
+        await client.flush()
+        with anyio.fail_after(WAIT * 2):
+            assert [(await sub.receive()).body for _ in range(n)] == bodies
+
+
+async def test_ws_large_send_and_burst_stay_under_the_artemis_frame_limit():
+    # The bridge drops the connection on a frame over 65,536 bytes, as Artemis does;
+    # before the cap, a 300 KiB SEND went out as one WebSocket frame.
+    async with Broker(heart_beat=(0, 0)) as broker, WSBridge(broker, max_frame=ARTEMIS_FRAME_LIMIT) as bridge:
+        async with AsyncClient(bridge.url(), heart_beat=(0, 0), reconnect=False) as client:
+            await round_trip(client, 300 * 1024)
+            large = max(bridge.client_frames)
+            await _burst(client, 2000, "/queue/ws-burst")
+        assert bridge.dropped == 0
+        assert large == ARTEMIS_FRAME_LIMIT  # the 300 KiB frame was cut at the cap, not below it
+        assert max(bridge.client_frames) <= ARTEMIS_FRAME_LIMIT
+        # the burst (2,000 frames of ~240 bytes, ~480 KB) needed several full messages
+        assert bridge.client_frames.count(ARTEMIS_FRAME_LIMIT) >= 4 + 6
+
+
+async def test_ws_a_smaller_cap_splits_frames_and_bursts_finer():
+    async with Broker(heart_beat=(0, 0)) as broker, WSBridge(broker, max_frame=1000) as bridge:
+        async with AsyncClient(
+            bridge.url(), heart_beat=(0, 0), reconnect=False, websocket_max_message_bytes=1000
+        ) as client:
+            await round_trip(client, 300 * 1024)
+            await _burst(client, 500, "/queue/ws-burst-small")
+        assert bridge.dropped == 0
+        assert max(bridge.client_frames) == 1000
+        assert sum(bridge.client_frames) > 300 * 1024 + 500 * 200
+        # no message from the client was over the cap: several per STOMP frame
+        assert len(bridge.client_frames) > 300 + 100
+
+
+async def test_ws_a_cap_above_the_broker_limit_loses_the_connection():
+    # The risk the cap removes: with messages allowed past the broker's frame limit,
+    # a large SEND ends the connection.
+    async with Broker(heart_beat=(0, 0)) as broker, WSBridge(broker, max_frame=ARTEMIS_FRAME_LIMIT) as bridge:
+        async with AsyncClient(
+            bridge.url(), heart_beat=(0, 0), reconnect=False, websocket_max_message_bytes=256 * 1024
+        ) as client:
+            await round_trip(client, 60_000)  # under the limit: fine
+            with pytest.raises(ConnectionLostError):
+                with anyio.fail_after(WAIT):
+                    await client.send("/queue/ws-big", b"b" * 200_000, receipt=True)
+        assert bridge.dropped == 1
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "65536", None, True])
+def test_ws_max_message_bytes_is_checked(bad):
+    with pytest.raises(ConfigurationError, match="websocket_max_message_bytes"):
+        AsyncClient("ws://h/ws", websocket_max_message_bytes=bad)
+
+
+def test_ws_max_message_bytes_default_is_artemis_limit():
+    assert AsyncClient("ws://h/ws")._websocket_max_message_bytes == ARTEMIS_FRAME_LIMIT
+    assert AsyncClient("ws://h/ws", websocket_max_message_bytes=1)._websocket_max_message_bytes == 1
+
+
 async def test_ws_versions_offer_only_their_subprotocols():
     async with Broker(heart_beat=(0, 0)) as broker, WSBridge(broker) as bridge:
         async with AsyncClient(bridge.url(), versions=("1.1",), heart_beat=(0, 0)) as client:

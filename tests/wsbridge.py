@@ -7,7 +7,11 @@ many bytes, cutting STOMP frames apart; ``fragment``: each message sent as
 WebSocket frames of at most that many bytes; ``text``: text messages when the
 bytes are UTF-8), and the bridge can ping the client, refuse the upgrade or
 close with a code. It records what the client did (``requests``,
-``client_messages``, ``pongs``, ``client_close_codes``).
+``client_messages``, ``client_frames``: the payload size of every data frame
+the client sent, ``pongs``, ``client_close_codes``). ``max_frame``: a client
+data frame with a longer payload drops the TCP connection without a close
+frame, as Artemis does beyond its ``webSocketMaxFramePayloadLength``
+(``dropped`` counts them).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class WSBridge:
         refuse: Optional[int] = None,
         ssl_context: Any = None,
         subprotocol: bool = True,
+        max_frame: Optional[int] = None,
     ) -> None:
         self.broker = broker
         self.path = path
@@ -55,8 +60,11 @@ class WSBridge:
         self.refuse = refuse
         self.ssl_context = ssl_context
         self.subprotocol = subprotocol
+        self.max_frame = max_frame
         self.requests: List[Request] = []
         self.client_messages: List[Tuple[str, int]] = []  # ("bytes"|"text", length)
+        self.client_frames: List[int] = []  # payload bytes of each data frame from the client
+        self.dropped = 0
         self.pings_sent: List[bytes] = []
         self.pongs: List[bytes] = []
         self.client_close_codes: List[int] = []
@@ -126,10 +134,23 @@ class WSBridge:
         try:
             async with anyio.create_task_group() as tg:
                 async def client_to_broker() -> None:
+                    # wsproto hands a frame's payload on in pieces as it arrives
+                    # (frame_finished on the last one): their sum is the frame's size
+                    frame = 0
                     try:
                         while True:
                             ws.receive_data(await stream.receive())
                             for event in ws.events():
+                                if isinstance(event, (BytesMessage, TextMessage)):
+                                    frame += len(event.data)
+                                    if self.max_frame is not None and frame > self.max_frame:
+                                        self.dropped += 1
+                                        await anyio.aclose_forcefully(stream)
+                                        tg.cancel_scope.cancel()
+                                        return
+                                    if event.frame_finished:
+                                        self.client_frames.append(frame)
+                                        frame = 0
                                 if isinstance(event, BytesMessage):
                                     self.client_messages.append(("bytes", len(event.data)))
                                     await broker.send(bytes(event.data))
