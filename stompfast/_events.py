@@ -53,7 +53,7 @@ class ErrorReceived:
     STOMP: "the server MUST then close the connection just after sending the
     ERROR frame", so the session is failed after this event, unless
     ``ends_session`` is false: an ERROR the broker is known to send while it keeps
-    the connection (``ERRORS_THAT_KEEP_THE_SESSION`` in ``_protocol.py``), after
+    the connection (``ERRORS_THAT_KEEP_THE_SESSION`` in ``_brokers.py``), after
     which the session goes on.
     """
 

@@ -14,7 +14,7 @@ from turning into a silent hang:
 * ``client`` and ``client-individual`` subscriptions ask the broker for a
   prefetch equal to ``buffer_size`` (RabbitMQ ``prefetch-count``, ActiveMQ
   ``activemq.prefetchSize``, Artemis a ``consumer-window-size`` in bytes: see
-  ``prefetch_headers`` in ``_protocol.py``) unless the caller set one, so the broker never has
+  ``prefetch_headers`` in ``_brokers.py``) unless the caller set one, so the broker never has
   more unacknowledged messages in flight than the buffer holds and the reader
   never stops for them;
 * a receipt or ``flush()`` awaited while the reader has been stopped for

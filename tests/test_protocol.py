@@ -7,6 +7,7 @@ import pathlib
 
 import pytest
 
+import stompfast._brokers as brokers_module
 import stompfast._events as events_module
 import stompfast._protocol as protocol_module
 from stompfast import Frame, FrameScanner, encode_frame
@@ -33,7 +34,9 @@ from stompfast.errors import (
 )
 
 
-@pytest.mark.parametrize("module", [protocol_module, events_module], ids=["_protocol", "_events"])
+@pytest.mark.parametrize(
+    "module", [protocol_module, events_module, brokers_module], ids=["_protocol", "_events", "_brokers"]
+)
 def test_protocol_core_imports_no_io(module):
     # the protocol core is sans-I/O: it never imports anyio, asyncio, socket or time
     tree = ast.parse(pathlib.Path(module.__file__).read_text())

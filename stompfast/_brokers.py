@@ -1,0 +1,161 @@
+"""What the brokers stompfast knows do differently, and the headers and rules it follows for each.
+
+One place for every per-broker fact the client acts on, so that the session
+(``_protocol.py``) asks "which broker, what header" instead of spelling broker
+names. A broker is known by the start of CONNECTED's ``server`` header, never by
+URL (a failover list may mix brokers); docs/brokers.md has the table and the
+measurements behind each entry. Pure data and functions: no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from .errors import ConfigurationError
+
+__all__ = [
+    "ARTEMIS_TX_ACK",
+    "ARTEMIS_WINDOW_BYTES_PER_MESSAGE",
+    "BROKERS",
+    "DURABLE_NEEDS_CLIENT_ID",
+    "ERRORS_THAT_KEEP_THE_SESSION",
+    "PREFETCH_HEADERS",
+    "broker_of",
+    "check_durable",
+    "durable_headers",
+    "forget_headers",
+    "prefetch_headers",
+    "routing_type",
+]
+
+
+def _rabbitmq_keeps(headers: Mapping[str, str]) -> bool:
+    # RabbitMQ sends "Subscription not found" for deliveries still in flight to a
+    # subscription just left, and for an ACK/NACK of a message of one; it keeps the
+    # connection open after it (measured on RabbitMQ 3.10; docs/errors.md).
+    return headers.get("message") == "Subscription not found"
+
+
+def _activemq_keeps(headers: Mapping[str, str]) -> bool:
+    # ActiveMQ Classic answers a frame it refuses (an unknown transaction, an
+    # unexpected ACK, a SEND without destination, ...) with an ERROR that carries
+    # the frame's receipt id and keeps the connection open; ERRORs that end the
+    # session (a failed login) carry none, and it closes the socket after them.
+    return "receipt-id" in headers
+
+
+#: ERRORs after which the broker keeps the session, by the start of its ``server``
+#: header: a test of the ERROR's headers. Every other ERROR ends the session, as
+#: STOMP says ("the server MUST then close the connection just after sending the
+#: ERROR frame"); the client then closes the connection itself. A kept ERROR that
+#: names a receipt fails that receipt only. docs/errors.md has the table.
+ERRORS_THAT_KEEP_THE_SESSION: Dict[str, Any] = {
+    "RabbitMQ/": _rabbitmq_keeps,
+    "ActiveMQ/": _activemq_keeps,
+}
+
+#: The brokers stompfast knows by the start of CONNECTED's ``server`` header (never
+#: by URL: a failover list may mix them). docs/brokers.md says what differs.
+BROKERS: Tuple[Tuple[str, str], ...] = (
+    ("RabbitMQ/", "rabbitmq"),
+    ("ActiveMQ-Artemis/", "artemis"),
+    ("ActiveMQ/", "activemq"),
+)
+
+#: The headers that ask a broker for a prefetch (any of them given by the caller: none added).
+PREFETCH_HEADERS = ("prefetch-count", "activemq.prefetchSize", "consumer-window-size")
+
+#: Artemis counts a consumer's window in bytes (``consumer-window-size``; it reads
+#: ``activemq.prefetchSize`` as bytes too): the window asked for is this many bytes
+#: per message of ``buffer_size``. docs/brokers.md has the measurements behind it.
+ARTEMIS_WINDOW_BYTES_PER_MESSAGE = 1024
+
+
+#: Why an ACK or NACK in a transaction is refused on Artemis (before anything is sent).
+ARTEMIS_TX_ACK = (
+    "ActiveMQ Artemis does not make an {command} part of a transaction (it acts at once and an ABORT"
+    " does not undo it), so the client refuses it rather than pretend: {command} the message outside"
+    " the transaction, after the COMMIT (docs/brokers.md)"
+)
+
+
+def broker_of(server: Optional[str]) -> Optional[str]:
+    """``"rabbitmq"``, ``"activemq"``, ``"artemis"`` or None, from CONNECTED's ``server`` header."""
+    if server:
+        for prefix, name in BROKERS:
+            if server.startswith(prefix):
+                return name
+    return None
+
+
+def prefetch_headers(broker: Optional[str], messages: int) -> Dict[str, str]:
+    """The SUBSCRIBE headers that keep at most ``messages`` in flight on ``broker``."""
+    if broker == "rabbitmq":
+        return {"prefetch-count": str(messages)}
+    if broker == "activemq":
+        return {"activemq.prefetchSize": str(messages)}
+    if broker == "artemis":
+        return {"consumer-window-size": str(messages * ARTEMIS_WINDOW_BYTES_PER_MESSAGE)}
+    # A broker we do not know (or Artemis on a 1.0 session, which sends no server header):
+    # RabbitMQ's message count only. ActiveMQ's activemq.prefetchSize would be read as a
+    # window of that many bytes by Artemis: one message in flight at a time.
+    return {"prefetch-count": str(messages)}
+
+
+#: The brokers that tie a durable subscription to the connection's ``client-id``: a
+#: durable SUBSCRIBE without one is refused there (Artemis answers ERROR; ActiveMQ
+#: Classic takes it under the connection's random id, so no later connection finds it).
+DURABLE_NEEDS_CLIENT_ID = ("activemq", "artemis")
+
+
+def durable_headers(broker: Optional[str], name: str) -> Dict[str, str]:
+    """The SUBSCRIBE headers that make a subscription durable under ``name`` on ``broker``.
+
+    RabbitMQ names the durable queue after the destination and the subscription
+    ``id`` (the caller sets the id to ``name``); ActiveMQ Classic and Artemis
+    after the connection's ``client-id`` and this name. docs/brokers.md has the
+    measurements behind it.
+    """
+    if broker == "rabbitmq":
+        return {"durable": "true", "auto-delete": "false"}
+    if broker == "activemq":
+        return {"activemq.subscriptionName": name}
+    if broker == "artemis":
+        return {"durable-subscription-name": name}
+    # a broker we do not know (Artemis sends no server header on STOMP 1.0): every spelling, one name
+    return {"durable": "true", "auto-delete": "false", "activemq.subscriptionName": name,
+            "durable-subscription-name": name}
+
+
+def forget_headers(broker: Optional[str], name: str) -> Dict[str, str]:
+    """The UNSUBSCRIBE headers that delete the durable subscription ``name`` on ``broker``."""
+    if broker == "rabbitmq":
+        return {"durable": "true"}
+    if broker == "activemq":
+        return {"activemq.subscriptionName": name}
+    if broker == "artemis":
+        return {"durable-subscription-name": name}
+    return {"durable": "true", "activemq.subscriptionName": name, "durable-subscription-name": name}
+
+
+def check_durable(durable: Any, id: Optional[str]) -> None:
+    """Refuse a durable name that is not a non-empty str, or an ``id`` that differs from it.
+
+    The subscription id of a durable subscription is its name: RabbitMQ names the
+    durable queue after the id, so only the same id finds the queue again.
+    """
+    if not isinstance(durable, str) or not durable:
+        raise ConfigurationError(f"durable must be a non-empty str (the subscription's name), not {durable!r}")
+    if id is not None and id != durable:
+        raise ConfigurationError(
+            f"a durable subscription's id is its name: id={id!r} differs from durable={durable!r} (leave id out)"
+        )
+
+
+def routing_type(destination: str) -> Optional[str]:
+    """Artemis's routing type for a ``/queue/`` or ``/topic/`` destination (None for others)."""
+    if destination.startswith("/queue/"):
+        return "ANYCAST"
+    if destination.startswith("/topic/"):
+        return "MULTICAST"
+    return None
