@@ -66,3 +66,18 @@ ANYIO_BACKENDS = [
 @pytest.fixture(params=ANYIO_BACKENDS)
 def anyio_backend(request: pytest.FixtureRequest):
     return request.param
+
+
+# The blocking client's own event loop thread: (backend name, backend_options), every backend.
+# A test module that wants fewer (real brokers: asyncio and trio) defines its own ``backend``.
+SYNC_BACKENDS = [
+    pytest.param(("asyncio", None), id="asyncio"),
+    pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio-uvloop"),
+    pytest.param(("trio", None), id="trio"),
+]
+
+
+@pytest.fixture(params=SYNC_BACKENDS)
+def backend(request: pytest.FixtureRequest):
+    """The anyio backend of a blocking Client's own loop: (name, backend_options)."""
+    return request.param

@@ -7,7 +7,7 @@ takes a destination, every backend; the client goes on working afterwards.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 import pytest
 
@@ -20,18 +20,6 @@ QUEUE = "/queue/typed"
 #: what is not a destination, and how the error names its type
 BAD = [(5, "int"), (b"/queue/a", "bytes"), (None, "NoneType"), (["/queue/a"], "list")]
 IDS = [name for _, name in BAD]
-
-SYNC_BACKENDS = [
-    pytest.param(("asyncio", None), id="asyncio"),
-    pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio-uvloop"),
-    pytest.param(("trio", None), id="trio"),
-]
-
-
-@pytest.fixture(params=SYNC_BACKENDS)
-def backend(request: pytest.FixtureRequest) -> Tuple[str, Optional[Dict[str, Any]]]:
-    return request.param
-
 
 def refused(type_name: str) -> Any:
     return pytest.raises(TypeError, match=f"^destination must be a str, not {type_name}$")

@@ -12,7 +12,7 @@ import gc
 import socket
 import time
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional
 
 import anyio
 import pytest
@@ -33,18 +33,6 @@ pytestmark = [pytest.mark.timeout(60)]
 
 WAIT = 5
 MiB = 1024 * 1024
-
-SYNC_BACKENDS = [
-    pytest.param(("asyncio", None), id="asyncio"),
-    pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio-uvloop"),
-    pytest.param(("trio", None), id="trio"),
-]
-
-
-@pytest.fixture(params=SYNC_BACKENDS)
-def backend(request: pytest.FixtureRequest) -> Tuple[str, Optional[Dict[str, Any]]]:
-    return request.param
-
 
 def rss() -> int:
     """This process's resident set size in bytes (Linux)."""

@@ -14,7 +14,7 @@ import pickle
 import re
 import socket
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Tuple
 
 import anyio
 import pytest
@@ -48,18 +48,6 @@ ANSWERS = [
 #: far above how long a prompt failure takes, far below what waiting for a timeout would
 CONNECT_TIMEOUT = 10.0
 PROMPT = 3.0
-
-SYNC_BACKENDS = [
-    pytest.param(("asyncio", None), id="asyncio"),
-    pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio-uvloop"),
-    pytest.param(("trio", None), id="trio"),
-]
-
-
-@pytest.fixture(params=SYNC_BACKENDS)
-def backend(request: pytest.FixtureRequest) -> Tuple[str, Optional[Dict[str, Any]]]:
-    return request.param
-
 
 def answering(data: bytes, keep_open: bool) -> Any:
     """A server that reads the CONNECT, answers ``data``, then closes or reads until the client leaves."""

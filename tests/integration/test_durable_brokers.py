@@ -9,47 +9,18 @@ the UNSUBSCRIBE the client writes for ``forget=True``.
 
 from __future__ import annotations
 
-import os
-import socket
 import uuid
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
 import anyio
 import pytest
 
-from brokerenv import broker_url
 from stompfast import AsyncClient, Client, ConfigurationError, ReceiveTimeout
-from stompfast._config import parse_url
 
-DURABLE_BROKERS: Dict[str, str] = {name: broker_url(name) for name in ("rabbitmq", "activemq", "artemis")}
-_answers: Dict[str, bool] = {}
-
-
-def _stomp_answers(url: str) -> bool:
-    # the same check as tests/integration/conftest.py: CONNECT answered by CONNECTED
-    if url not in _answers:
-        ep = parse_url(url)
-        try:
-            with socket.create_connection((ep.host, ep.port), timeout=3) as s:
-                s.settimeout(5)
-                s.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\x00")
-                _answers[url] = s.recv(64).startswith(b"CONNECTED")
-        except OSError:
-            _answers[url] = False
-    return _answers[url]
-
-
-@pytest.fixture(params=sorted(DURABLE_BROKERS))
-def durable_broker(request: pytest.FixtureRequest) -> Tuple[str, str]:
-    """``(name, url)`` of a real broker that answers STOMP: rabbitmq, activemq or artemis."""
-    name = request.param
-    url = DURABLE_BROKERS[name]
-    if not _stomp_answers(url):
-        message = f"{name} does not answer STOMP at {url} (scripts/brokers.sh start)"
-        if os.environ.get("STOMPFAST_REQUIRE_BROKERS") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return name, url
+@pytest.fixture
+def durable_broker(broker: str, broker_url: str) -> Tuple[str, str]:
+    """``(name, url)`` of a real broker that answers STOMP: every broker of the ``broker`` fixture."""
+    return broker, broker_url
 
 
 def _fresh() -> Tuple[str, str, str]:
