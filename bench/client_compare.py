@@ -13,7 +13,9 @@ What is measured
 ================
 
 Against one broker at a time (RabbitMQ STOMP on 127.0.0.1:61613, then ActiveMQ on 61614;
-``--broker`` picks one), four scenarios, 100-byte bodies, STOMP 1.2, heart-beats off:
+``--broker`` picks one; ``--broker artemis`` adds ActiveMQ Artemis on 61618, its stock
+acceptor, see below; ``--<broker>-port`` moves one), four scenarios, 100-byte bodies,
+STOMP 1.2, heart-beats off:
 
 1. ``publish``: send N messages (default 50,000), the last one with a ``receipt``; the
    time ends when that RECEIPT arrives (the broker handles one connection's frames in
@@ -55,6 +57,15 @@ Contenders (each one doing the same broker-side work: same frames, same headers)
   hold no NUL): it is a floor, not a client. Where a broker trickles messages out, its
   blocking ``recv`` returns fewer messages per read than our client gets (whose slower
   loop lets more pile up), so it pays more syscalls per message there (bench/README.md).
+
+On Artemis (a stock acceptor: no ``/queue/`` prefix, new addresses MULTICAST; windows in
+bytes) our client adds ``destination-type:ANYCAST`` to every SEND, ``subscription-type:ANYCAST``
+to every SUBSCRIBE and, in client-individual mode, ``consumer-window-size`` of ``buffer_size``
+x 1024 bytes instead of a prefetch count (it reads the CONNECTED ``server`` header; see
+docs/brokers.md). Every other contender, and the parent's untimed fill and check, is given
+exactly those headers (``send_headers``, ``subscribe_headers``): without them a queue
+behaves as a topic there and the drains find nothing, and ``activemq.prefetchSize:1000``
+would be a 1,000-byte window.
 
 Every contender and scenario runs in a fresh subprocess (this script with ``--worker``),
 so the client's CPU time is its own: ``resource.getrusage(RUSAGE_SELF)`` (user + sys,

@@ -3,7 +3,8 @@
 
 Run from the repository root, with the brokers up (``bash scripts/brokers.sh start``)::
 
-    python bench/compare.py                                   # full run (3 brokers, 6 contenders, 5 scenarios)
+    python bench/compare.py                                   # full run (4 brokers, every contender, 5 scenarios)
+    python bench/compare.py --brokers artemis --n 20000 --rounds 3   # ActiveMQ Artemis alone (port 61618)
     python bench/compare.py --quick                           # CI smoke: small N, 1 round
     python bench/compare.py --brokers null --contenders asyncio,stomppy --scenarios 1,3
     python bench/compare.py --json bench/results/compare.json --png bench/results/compare.png
@@ -11,7 +12,10 @@ Run from the repository root, with the brokers up (``bash scripts/brokers.sh sta
 It reuses bench/client_compare.py (its fill/check helpers, the per-process CPU window, the
 raw-socket baseline, stomp.py's and our async worker, the interleaved rounds) and adds:
 
-* a third "broker", ``null``: bench/nullbroker.py started in its own process for the run,
+* ActiveMQ Artemis (``artemis``, the stock acceptor on 61618, ``--artemis-port``): every
+  contender other than ours is given the routing and window headers our client adds there
+  by itself (client_compare.send_headers / subscribe_headers);
+* a "broker" ``null``: bench/nullbroker.py started in its own process for the run,
   which answers CONNECT and receipts, discards SENDs and replays a prebuilt MESSAGE stream
   on SUBSCRIBE, so what is left is the client's own cost;
 * contenders ``sync`` (``stompfast.Client``, the blocking client over a BlockingPortal:
