@@ -13,7 +13,9 @@ What is measured
 ================
 
 Against one broker at a time (RabbitMQ STOMP on 127.0.0.1:61613, then ActiveMQ on 61614;
-``--broker`` picks one), four scenarios, 100-byte bodies, STOMP 1.2, heart-beats off:
+``--broker`` picks one; ``--broker artemis`` adds ActiveMQ Artemis on 61618, its stock
+acceptor, see below; ``--<broker>-port`` moves one), four scenarios, 100-byte bodies,
+STOMP 1.2, heart-beats off:
 
 1. ``publish``: send N messages (default 50,000), the last one with a ``receipt``; the
    time ends when that RECEIPT arrives (the broker handles one connection's frames in
@@ -55,6 +57,15 @@ Contenders (each one doing the same broker-side work: same frames, same headers)
   hold no NUL): it is a floor, not a client. Where a broker trickles messages out, its
   blocking ``recv`` returns fewer messages per read than our client gets (whose slower
   loop lets more pile up), so it pays more syscalls per message there (bench/README.md).
+
+On Artemis (a stock acceptor: no ``/queue/`` prefix, new addresses MULTICAST; windows in
+bytes) our client adds ``destination-type:ANYCAST`` to every SEND, ``subscription-type:ANYCAST``
+to every SUBSCRIBE and, in client-individual mode, ``consumer-window-size`` of ``buffer_size``
+x 1024 bytes instead of a prefetch count (it reads the CONNECTED ``server`` header; see
+docs/brokers.md). Every other contender, and the parent's untimed fill and check, is given
+exactly those headers (``send_headers``, ``subscribe_headers``): without them a queue
+behaves as a topic there and the drains find nothing, and ``activemq.prefetchSize:1000``
+would be a 1,000-byte window.
 
 Every contender and scenario runs in a fresh subprocess (this script with ``--worker``),
 so the client's CPU time is its own: ``resource.getrusage(RUSAGE_SELF)`` (user + sys,
@@ -124,7 +135,8 @@ Failure = sc.Failure
 fmt_n = sc.fmt_n
 write_json = sc._write_json
 
-BROKERS: Dict[str, Tuple[str, int]] = {"rabbitmq": ("127.0.0.1", 61613), "activemq": ("127.0.0.1", 61614)}
+BROKERS: Dict[str, Tuple[str, int]] = {"rabbitmq": ("127.0.0.1", 61613), "activemq": ("127.0.0.1", 61614),
+                                        "artemis": ("127.0.0.1", 61618)}
 SCENARIOS: Dict[int, str] = {1: "publish", 2: "send+receipt", 3: "drain auto", 4: "drain client-ind"}
 PUBLISH, RECEIPTS, DRAIN_AUTO, DRAIN_CLIENT = 1, 2, 3, 4
 BACKENDS = ("asyncio", "uvloop", "trio")
@@ -132,6 +144,9 @@ BODY_SIZE = 100
 READ_SIZE = 256 * 1024
 BATCH_BYTES = 256 * 1024
 PREFETCH = 1000  # our default buffer_size, which our client-individual subscription asks for as prefetch
+# stompfast._protocol.ARTEMIS_WINDOW_BYTES_PER_MESSAGE (tests/test_bench_compare.py checks they agree):
+# not imported, so that the other contenders' workers never load stompfast (least of all in a timed part)
+ARTEMIS_WINDOW_BYTES_PER_MESSAGE = 1024
 OTHER_CPU_WARN = 0.2  # share of one CPU used by other processes during a timed part
 # What stomp.py measured here when the project started (CPU us/msg above raw), for the record.
 STOMPPY_EARLIER = {PUBLISH: "about 7", DRAIN_AUTO: "10-20", DRAIN_CLIENT: "23-27"}
@@ -144,6 +159,40 @@ def make_body(tag: bytes, i: int) -> bytes:
 
 def make_bodies(tag: bytes, n: int) -> List[bytes]:
     return [make_body(tag, i) for i in range(n)]
+
+
+def send_headers(broker: Optional[str]) -> Dict[str, str]:
+    """What every contender's SEND carries on ``broker`` besides destination and content-length.
+
+    On Artemis (stock acceptor, no prefixes) a new address is MULTICAST: without
+    ``destination-type:ANYCAST`` a ``/queue/`` SEND with no consumer yet is dropped. Our
+    client adds the header by itself (from CONNECTED's server header); the others are
+    given it here, so that every contender does the same broker-side work."""
+    return {"destination-type": "ANYCAST"} if broker == "artemis" else {}
+
+
+def subscribe_headers(broker: Optional[str], client_ack: bool) -> Dict[str, str]:
+    """What every contender's SUBSCRIBE carries on ``broker`` besides destination, id and ack.
+
+    In client-individual mode, the prefetch our subscription (``buffer_size=PREFETCH``)
+    asks for: ``prefetch-count`` and ``activemq.prefetchSize`` on RabbitMQ and ActiveMQ
+    (each reads its own); on Artemis, which reads both ``consumer-window-size`` and
+    ``activemq.prefetchSize`` as bytes, the window our client writes there
+    (``PREFETCH`` x ``ARTEMIS_WINDOW_BYTES_PER_MESSAGE`` bytes), and ``subscription-type:ANYCAST``
+    in both modes (docs/brokers.md). Cheap: workers call it in their timed part, as a user would."""
+    if broker == "artemis":
+        h = {"subscription-type": "ANYCAST"}
+        if client_ack:
+            h["consumer-window-size"] = str(PREFETCH * ARTEMIS_WINDOW_BYTES_PER_MESSAGE)
+        return h
+    if client_ack:
+        return {"prefetch-count": str(PREFETCH), "activemq.prefetchSize": str(PREFETCH)}
+    return {}
+
+
+def wire_headers(headers: Dict[str, str]) -> bytes:
+    """``name:value\\n`` lines (the benchmark's values need no escaping)."""
+    return b"".join(b"%s:%s\n" % (k.encode(), v.encode()) for k, v in headers.items())
 
 
 def contender_label(c: str) -> str:
@@ -199,17 +248,19 @@ def raw_disconnect(sock: socket.socket, buf: bytes) -> None:
         sock.close()
 
 
-def raw_send_head(dest: bytes, receipt: Optional[bytes] = None) -> bytes:
-    """Our client's SEND head for a 100-byte body: destination, [receipt,] content-length."""
+def raw_send_head(dest: bytes, receipt: Optional[bytes] = None, broker: Optional[str] = None) -> bytes:
+    """Our client's SEND head for a 100-byte body: destination, [broker's routing,] [receipt,] content-length."""
     r = b"receipt:%s\n" % receipt if receipt is not None else b""
-    return b"SEND\ndestination:%s\n%scontent-length:%d\n\n" % (dest, r, BODY_SIZE)
+    return b"SEND\ndestination:%s\n%s%scontent-length:%d\n\n" % (
+        dest, wire_headers(send_headers(broker)), r, BODY_SIZE)
 
 
-def raw_publish_batches(dest: bytes, bodies: Sequence[bytes], last_receipt: bytes) -> List[bytes]:
+def raw_publish_batches(dest: bytes, bodies: Sequence[bytes], last_receipt: bytes,
+                        broker: Optional[str] = None) -> List[bytes]:
     """Every SEND encoded, the last with a receipt, joined into ~256 KiB batches."""
-    head = raw_send_head(dest)
+    head = raw_send_head(dest, None, broker)
     frames = [head + b + b"\x00" for b in bodies[:-1]]
-    frames.append(raw_send_head(dest, last_receipt) + bodies[-1] + b"\x00")
+    frames.append(raw_send_head(dest, last_receipt, broker) + bodies[-1] + b"\x00")
     per = max(1, BATCH_BYTES // len(frames[0]))
     return [b"".join(frames[i:i + per]) for i in range(0, len(frames), per)]
 
@@ -240,19 +291,21 @@ def raw_receipts(sock: socket.socket, buf: bytes, frames: Sequence[Tuple[bytes, 
     return buf
 
 
-def raw_subscribe_frame(dest: bytes, client_ack: bool) -> bytes:
-    if client_ack:  # the prefetch our client-individual subscription asks for
-        return (b"SUBSCRIBE\ndestination:%s\nid:1\nack:client-individual\nprefetch-count:%d\n"
-                b"activemq.prefetchSize:%d\n\n\x00" % (dest, PREFETCH, PREFETCH))
-    return b"SUBSCRIBE\ndestination:%s\nid:1\nack:auto\n\n\x00" % dest
+def raw_subscribe_frame(dest: bytes, client_ack: bool, broker: Optional[str] = None,
+                        receipt: Optional[bytes] = None) -> bytes:
+    """SUBSCRIBE id 1, with the broker's routing and (client-individual) the prefetch our
+    subscription asks for (:func:`subscribe_headers`)."""
+    return b"SUBSCRIBE\ndestination:%s\nid:1\nack:%s\n%s%s\n\x00" % (
+        dest, b"client-individual" if client_ack else b"auto", wire_headers(subscribe_headers(broker, client_ack)),
+        b"receipt:%s\n" % receipt if receipt is not None else b"")
 
 
 def raw_consume(sock: socket.socket, buf: bytes, dest: bytes, n: int,
-                client_ack: bool) -> Tuple[List[bytes], bytes, int]:
+                client_ack: bool, broker: Optional[str] = None) -> Tuple[List[bytes], bytes, int]:
     """Scenarios 3 and 4: SUBSCRIBE, take n MESSAGE bodies (acking each in client mode, the
     last ACK with a receipt, and waiting for it). Returns (bodies, unparsed rest, reads)."""
     sendall, recv = sock.sendall, sock.recv
-    sendall(raw_subscribe_frame(dest, client_ack))
+    sendall(raw_subscribe_frame(dest, client_ack, broker))
     bodies: List[bytes] = []
     append = bodies.append
     got = reads = 0
@@ -313,8 +366,9 @@ def raw_count_extras(sock: socket.socket, buf: bytes, wait: float) -> int:
 class BrokerAccess:
     """The parent's untimed raw-socket helpers: fill a queue, drain and check it, purge it."""
 
-    def __init__(self, host: str, port: int, login: str, passcode: str) -> None:
+    def __init__(self, host: str, port: int, login: str, passcode: str, broker: Optional[str] = None) -> None:
         self.host, self.port, self.login, self.passcode = host, port, login, passcode
+        self.broker = broker  # which routing headers its frames carry (send_headers, subscribe_headers)
 
     def connect(self) -> Tuple[socket.socket, bytes]:
         return raw_connect(self.host, self.port, self.login, self.passcode)
@@ -322,7 +376,7 @@ class BrokerAccess:
     def fill(self, dest: str, tag: bytes, n: int) -> None:
         sock, buf = self.connect()
         try:
-            buf = raw_publish(sock, buf, raw_publish_batches(dest.encode(), make_bodies(tag, n), b"fill"),
+            buf = raw_publish(sock, buf, raw_publish_batches(dest.encode(), make_bodies(tag, n), b"fill", self.broker),
                               b"receipt-id:fill\n")
         finally:
             raw_disconnect(sock, buf)
@@ -332,7 +386,7 @@ class BrokerAccess:
         sock, buf = self.connect()
         sock.settimeout(timeout)
         try:
-            bodies, buf, _ = raw_consume(sock, buf, dest.encode(), n, client_ack=False)
+            bodies, buf, _ = raw_consume(sock, buf, dest.encode(), n, client_ack=False, broker=self.broker)
             extras = len(bodies) - n + raw_count_extras(sock, buf, 0.3)
         except socket.timeout:
             return False, "the queue held fewer than %d messages (drain timed out)" % n
@@ -349,7 +403,7 @@ class BrokerAccess:
     def purge(self, dest: str, idle: float = 1.0) -> int:
         sock, buf = self.connect()
         try:
-            sock.sendall(raw_subscribe_frame(dest.encode(), False))
+            sock.sendall(raw_subscribe_frame(dest.encode(), False, self.broker))
             return raw_count_extras(sock, buf, idle)
         finally:
             raw_disconnect(sock, b"")
@@ -556,6 +610,7 @@ def worker_stomppy(spec: Dict[str, Any], win: Window) -> Dict[str, Any]:
     dest, n, scenario, tag = spec["dest"], spec["n"], spec["scenario"], spec["tag"].encode()
     timeout = spec["timeout"]
     bodies = make_bodies(tag, n) if scenario in (PUBLISH, RECEIPTS) else []
+    routing = send_headers(spec.get("broker")) or None  # Artemis: destination-type (as our client adds)
 
     class Listener(stomp.ConnectionListener):
         def __init__(self) -> None:
@@ -603,8 +658,8 @@ def worker_stomppy(spec: Dict[str, Any], win: Window) -> Dict[str, Any]:
             send, last = conn.send, bodies[-1]
             win.start()
             for body in bodies[:-1]:
-                send(dest, body)
-            send(dest, last, receipt="last")
+                send(dest, body, headers=routing)
+            send(dest, last, receipt="last", headers=routing)
             wait("receipt")
             win.stop()
             if listener.receipt != "last":
@@ -615,22 +670,21 @@ def worker_stomppy(spec: Dict[str, Any], win: Window) -> Dict[str, Any]:
             win.start()
             for body, rid in zip(bodies, rids):
                 event.clear()
-                send(dest, body, receipt=rid)
+                send(dest, body, receipt=rid, headers=routing)
                 wait("receipt")
                 if listener.receipt != rid:
                     raise Failure("stomp.py: got receipt %r, expected %r" % (listener.receipt, rid))
             win.stop()
         elif scenario == DRAIN_AUTO:
             win.start()
-            conn.subscribe(dest, id="1", ack="auto")
+            conn.subscribe(dest, id="1", ack="auto", headers=subscribe_headers(spec.get("broker"), False))
             wait("message %d" % n)
             win.stop()
             out.update(check_bodies(listener.bodies, tag, n))
         else:
             listener.ack_each = True
             win.start()
-            conn.subscribe(dest, id="1", ack="client-individual",
-                           headers={"prefetch-count": str(PREFETCH), "activemq.prefetchSize": str(PREFETCH)})
+            conn.subscribe(dest, id="1", ack="client-individual", headers=subscribe_headers(spec.get("broker"), True))
             wait("receipt of the last ACK")
             win.stop()
             if listener.receipt != "done":
@@ -646,23 +700,24 @@ def worker_stomppy(spec: Dict[str, Any], win: Window) -> Dict[str, Any]:
 
 def worker_raw(spec: Dict[str, Any], win: Window) -> Dict[str, Any]:
     dest, n, scenario, tag = spec["dest"].encode(), spec["n"], spec["scenario"], spec["tag"].encode()
+    broker = spec.get("broker")
     sock, buf = raw_connect(spec["host"], spec["port"], spec["login"], spec["passcode"], spec["timeout"])
     out: Dict[str, Any] = {}
     try:
         if scenario == PUBLISH:
-            batches = raw_publish_batches(dest, make_bodies(tag, n), b"last")
+            batches = raw_publish_batches(dest, make_bodies(tag, n), b"last", broker)
             win.start()
             buf = raw_publish(sock, buf, batches, b"receipt-id:last\n")
             win.stop()
         elif scenario == RECEIPTS:
-            frames = [(raw_send_head(dest, b"r%d" % i) + body + b"\x00", b"receipt-id:r%d\n" % i)
+            frames = [(raw_send_head(dest, b"r%d" % i, broker) + body + b"\x00", b"receipt-id:r%d\n" % i)
                       for i, body in enumerate(make_bodies(tag, n))]
             win.start()
             buf = raw_receipts(sock, buf, frames)
             win.stop()
         else:
             win.start()
-            bodies, buf, reads = raw_consume(sock, buf, dest, n, client_ack=scenario == DRAIN_CLIENT)
+            bodies, buf, reads = raw_consume(sock, buf, dest, n, client_ack=scenario == DRAIN_CLIENT, broker=broker)
             win.stop()
             out["reads"] = reads
             out.update(check_bodies(bodies, tag, n))
@@ -688,7 +743,7 @@ def worker_aiofloor(spec: Dict[str, Any], win: Window) -> Dict[str, Any]:
         raise Failure("the asyncio floor is measured in scenario 2 only")
     dest, n, tag = spec["dest"].encode(), spec["n"], spec["tag"].encode()
     sock, buf = raw_connect(spec["host"], spec["port"], spec["login"], spec["passcode"], spec["timeout"])
-    frames = [(raw_send_head(dest, b"r%d" % i) + body + b"\x00", b"receipt-id:r%d\n" % i)
+    frames = [(raw_send_head(dest, b"r%d" % i, spec.get("broker")) + body + b"\x00", b"receipt-id:r%d\n" % i)
               for i, body in enumerate(make_bodies(tag, n))]
 
     class Floor(asyncio.BufferedProtocol):
@@ -758,7 +813,7 @@ def _thread_floor(spec: Dict[str, Any], win: Window, asyncio_reader: bool) -> Di
         raise Failure("the thread floors are measured in scenario 2 only")
     dest, n, tag = spec["dest"].encode(), spec["n"], spec["tag"].encode()
     sock, buf = raw_connect(spec["host"], spec["port"], spec["login"], spec["passcode"], spec["timeout"])
-    frames = [(raw_send_head(dest, b"r%d" % i) + body + b"\x00", b"receipt-id:r%d\n" % i)
+    frames = [(raw_send_head(dest, b"r%d" % i, spec.get("broker")) + body + b"\x00", b"receipt-id:r%d\n" % i)
               for i, body in enumerate(make_bodies(tag, n))]
     state: Dict[str, Any] = {"buf": buf, "waiting": None, "got": None, "error": None}
 
@@ -963,11 +1018,10 @@ class BrokerRun:
         self.name = name
         self.args = args
         self.host, self.port = BROKERS[name]
-        if name == "rabbitmq" and args.rabbitmq_port:
-            self.port = args.rabbitmq_port
-        if name == "activemq" and args.activemq_port:
-            self.port = args.activemq_port
-        self.access = BrokerAccess(self.host, self.port, args.login, args.passcode)
+        port = getattr(args, "%s_port" % name, None)  # --rabbitmq-port, --activemq-port, --artemis-port
+        if port:
+            self.port = port
+        self.access = BrokerAccess(self.host, self.port, args.login, args.passcode, name)
         self.run_id = run_id
         self.contenders = contenders
         self.pid = listener_pid(self.port)
@@ -1012,7 +1066,8 @@ class BrokerRun:
                 wait_quiet(self.pid, OTHER_CPU_WARN, self.args.settle)
             spec = {"contender": key, "backend": backend, "scenario": scenario, "host": self.host,
                     "port": self.port, "login": self.args.login, "passcode": self.args.passcode, "dest": dest,
-                    "n": n, "tag": tag, "timeout": timeout, "broker_pid": self.pid, "profile": profile}
+                    "n": n, "tag": tag, "timeout": timeout, "broker_pid": self.pid, "profile": profile,
+                    "broker": self.name}
             data = spawn_worker(spec, timeout + 30, wrap)
             if data.get("ok") and scenario in (PUBLISH, RECEIPTS):
                 ok, what = self.access.drain_check(dest, tag.encode(), n, timeout)
@@ -1403,6 +1458,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--passcode", default="guest")
     p.add_argument("--rabbitmq-port", type=int, help="RabbitMQ STOMP port (default 61613)")
     p.add_argument("--activemq-port", type=int, help="ActiveMQ STOMP port (default 61614)")
+    p.add_argument("--artemis-port", type=int, help="ActiveMQ Artemis STOMP port, the stock acceptor "
+                                                    "without prefixes (default 61618)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="one line per measurement on stderr (default: when stderr is a terminal)")
     p.add_argument("--profile", type=int, choices=sorted(SCENARIOS), metavar="SCENARIO",

@@ -3,7 +3,8 @@
 
 Run from the repository root, with the brokers up (``bash scripts/brokers.sh start``)::
 
-    python bench/compare.py                                   # full run (3 brokers, 6 contenders, 5 scenarios)
+    python bench/compare.py                                   # full run (4 brokers, every contender, 5 scenarios)
+    python bench/compare.py --brokers artemis --n 20000 --rounds 3   # ActiveMQ Artemis alone (port 61618)
     python bench/compare.py --quick                           # CI smoke: small N, 1 round
     python bench/compare.py --brokers null --contenders asyncio,stomppy --scenarios 1,3
     python bench/compare.py --json bench/results/compare.json --png bench/results/compare.png
@@ -11,7 +12,10 @@ Run from the repository root, with the brokers up (``bash scripts/brokers.sh sta
 It reuses bench/client_compare.py (its fill/check helpers, the per-process CPU window, the
 raw-socket baseline, stomp.py's and our async worker, the interleaved rounds) and adds:
 
-* a third "broker", ``null``: bench/nullbroker.py started in its own process for the run,
+* ActiveMQ Artemis (``artemis``, the stock acceptor on 61618, ``--artemis-port``): every
+  contender other than ours is given the routing and window headers our client adds there
+  by itself (client_compare.send_headers / subscribe_headers);
+* a "broker" ``null``: bench/nullbroker.py started in its own process for the run,
   which answers CONNECT and receipts, discards SENDs and replays a prebuilt MESSAGE stream
   on SUBSCRIBE, so what is left is the client's own cost;
 * contenders ``sync`` (``stompfast.Client``, the blocking client over a BlockingPortal:
@@ -57,7 +61,7 @@ cc.SCENARIOS[LATENCY] = "latency"  # Measurement.as_dict looks names up there
 SCENARIOS = cc.SCENARIOS
 PUBLISH, RECEIPTS, DRAIN_AUTO, DRAIN_CLIENT = cc.PUBLISH, cc.RECEIPTS, cc.DRAIN_AUTO, cc.DRAIN_CLIENT
 PREFETCH = cc.PREFETCH
-ALL_BROKERS = ("rabbitmq", "activemq", "null")
+ALL_BROKERS = ("rabbitmq", "activemq", "artemis", "null")
 # contender name -> (worker key, backend)
 # (for the blocking client the second field is how it consumes: the README's loop, a callback, a batch call)
 CONTENDERS: Dict[str, Tuple[str, str]] = {
@@ -315,13 +319,15 @@ def worker_stomppy(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
     conn = stomp.Connection12([(spec["host"], spec["port"])], heartbeats=(0, 0), vhost="/")
     conn.set_listener("bench", Listener())
     conn.connect(spec["login"], spec["passcode"], wait=True)
+    routing = cc.send_headers(spec.get("broker"))  # Artemis: destination-type, as our client adds
     try:
-        conn.subscribe(dest, id="1", ack="auto", headers={"receipt": "sub"})
+        conn.subscribe(dest, id="1", ack="auto",
+                       headers={"receipt": "sub", **cc.subscribe_headers(spec.get("broker"), False)})
         if not subscribed.wait(timeout):
             raise Failure("stomp.py: no receipt for SUBSCRIBE")
         send = conn.send
         win.start()
-        _paced_sync(n, spec["rate"], lambda i: send(dest, bodies[i], headers={"x-ts": _ts()}))
+        _paced_sync(n, spec["rate"], lambda i: send(dest, bodies[i], headers={"x-ts": _ts(), **routing}))
         if not done.wait(timeout):
             raise Failure("stomp.py: %d of %d messages within %s s" % (len(got), n, timeout))
         win.stop()
@@ -351,6 +357,9 @@ def worker_stompman(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
     timeout = float(spec["timeout"])
     bodies = cc.make_bodies(tag, n) if scenario in (PUBLISH, RECEIPTS, LATENCY) else []
     out: Dict[str, Any] = {}
+    # Artemis: the routing (and window) headers our client adds by itself; None elsewhere, as users write it
+    routing = cc.send_headers(spec.get("broker")) or None
+    sub_auto = cc.subscribe_headers(spec.get("broker"), False) or None
 
     async def main() -> None:
         # heart-beat: stompman sends its heart-beats at the server's asked interval, in a loop that
@@ -365,14 +374,14 @@ def worker_stompman(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
                     send = c.send
                     win.start()
                     for body in bodies[:-1]:
-                        await send(body, dest)
-                    await send(bodies[-1], dest, receipt_timeout=timeout)
+                        await send(body, dest, headers=routing)
+                    await send(bodies[-1], dest, headers=routing, receipt_timeout=timeout)
                     win.stop()
                 elif scenario == RECEIPTS:
                     send = c.send
                     win.start()
                     for body in bodies:
-                        await send(body, dest, receipt_timeout=timeout)
+                        await send(body, dest, headers=routing, receipt_timeout=timeout)
                     win.stop()
                 elif scenario in (DRAIN_AUTO, LATENCY):
                     got: List[bytes] = []
@@ -393,12 +402,12 @@ def worker_stompman(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
                     if not latency:
                         win.start()
                     sub = await c.subscribe(dest, handler, ack="auto", on_suppressed_exception=suppressed,
-                                            receipt_timeout=timeout)
+                                            headers=sub_auto, receipt_timeout=timeout)
                     if latency:
                         win.start()
 
                         async def send1(i: int) -> None:
-                            await c.send(bodies[i], dest, headers={"x-ts": _ts()})
+                            await c.send(bodies[i], dest, headers={"x-ts": _ts(), **(routing or {})})
 
                         await _paced_async(n, spec["rate"], send1, asyncio.sleep)
                     await done.wait()
@@ -418,7 +427,7 @@ def worker_stompman(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
                     win.start()
                     sub = await c.subscribe_with_manual_ack(
                         dest, manual, ack="client-individual", receipt_timeout=timeout,
-                        headers={"prefetch-count": str(PREFETCH), "activemq.prefetchSize": str(PREFETCH)})
+                        headers=cc.subscribe_headers(spec.get("broker"), True))
                     await done.wait()
                     win.stop()
                     await sub.unsubscribe()
@@ -436,12 +445,13 @@ def worker_raw(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
     dest, n, tag, rate = spec["dest"].encode(), spec["n"], spec["tag"].encode(), spec["rate"]
     sock, buf = cc.raw_connect(spec["host"], spec["port"], spec["login"], spec["passcode"], spec["timeout"])
     bodies = cc.make_bodies(tag, n)
-    head = b"SEND\ndestination:%s\nx-ts:" % dest
+    broker = spec.get("broker")
+    head = b"SEND\ndestination:%s\n%sx-ts:" % (dest, cc.wire_headers(cc.send_headers(broker)))
     tail = b"\ncontent-length:%d\n\n" % cc.BODY_SIZE
     lat: List[int] = []
     got: List[bytes] = []
     try:
-        sock.sendall(b"SUBSCRIBE\ndestination:%s\nid:1\nack:auto\nreceipt:sub\n\n\x00" % dest)
+        sock.sendall(cc.raw_subscribe_frame(dest, False, broker, receipt=b"sub"))
         buf = cc.raw_wait_receipt(sock, buf, b"receipt-id:sub")
         sendall, recv = sock.sendall, sock.recv
         deadline = perf_counter() + spec["timeout"]
@@ -591,7 +601,7 @@ class Run(cc.BrokerRun):
             spec = {"contender": key, "backend": backend, "scenario": scenario, "host": self.host,
                     "port": self.port, "login": self.args.login, "passcode": self.args.passcode, "dest": dest,
                     "n": n, "tag": tag, "timeout": timeout, "broker_pid": self.pid, "profile": profile,
-                    "rate": self.args.rate}
+                    "rate": self.args.rate, "broker": self.name}
             data = spawn_worker(spec, timeout + 30, wrap)
             if data.get("ok") and scenario in (PUBLISH, RECEIPTS):
                 ok, what = self.access.drain_check(dest, tag.encode(), n, timeout)
@@ -875,6 +885,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--strict", action="store_true", help="exit 1 when a target FAILs")
     p.add_argument("--login", default="guest")
     p.add_argument("--passcode", default="guest")
+    p.add_argument("--rabbitmq-port", type=int, help="RabbitMQ STOMP port (default 61613)")
+    p.add_argument("--activemq-port", type=int, help="ActiveMQ Classic STOMP port (default 61614)")
+    p.add_argument("--artemis-port", type=int, help="ActiveMQ Artemis STOMP port, the stock acceptor without "
+                                                    "prefixes (default 61618)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -903,8 +917,6 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         p.error("--scenarios takes numbers 1-5")
     if args.progress is None:
         args.progress = sys.stderr.isatty()
-    # what client_compare's BrokerRun reads
-    args.rabbitmq_port = args.activemq_port = None
     return args
 
 
