@@ -144,7 +144,7 @@ BODY_SIZE = 100
 READ_SIZE = 256 * 1024
 BATCH_BYTES = 256 * 1024
 PREFETCH = 1000  # our default buffer_size, which our client-individual subscription asks for as prefetch
-# stompfast._protocol.ARTEMIS_WINDOW_BYTES_PER_MESSAGE (tests/test_bench_compare.py checks they agree):
+# stompfast._brokers.ARTEMIS_WINDOW_BYTES_PER_MESSAGE (tests/test_bench_compare.py checks they agree):
 # not imported, so that the other contenders' workers never load stompfast (least of all in a timed part)
 ARTEMIS_WINDOW_BYTES_PER_MESSAGE = 1024
 OTHER_CPU_WARN = 0.2  # share of one CPU used by other processes during a timed part

@@ -22,7 +22,7 @@ sys.path.insert(0, str(BENCH))
 import client_compare as cc  # noqa: E402
 import compare  # noqa: E402
 
-from stompfast._protocol import ARTEMIS_WINDOW_BYTES_PER_MESSAGE, prefetch_headers, routing_type  # noqa: E402
+from stompfast._brokers import ARTEMIS_WINDOW_BYTES_PER_MESSAGE, prefetch_headers, routing_type  # noqa: E402
 
 
 def free_port() -> int:
