@@ -34,8 +34,8 @@ def is_fanout(destination: str) -> bool:
 #: RabbitMQ: the SEND and SUBSCRIBE headers that declare a run's own queue (no ``-d``).
 #: ``auto-delete``: RabbitMQ deletes the queue, with whatever it still holds, when its
 #: last consumer leaves; until then it buffers like any queue. Durable, as RabbitMQ's
-#: STOMP default: transient non-exclusive queues are deprecated and refused by default
-#: from RabbitMQ 4.3, and an exclusive one would serve its own connection only. Every
+#: STOMP default: RabbitMQ 4 deprecates transient non-exclusive queues (a later version
+#: may refuse them; 3.10 is what is tested), and an exclusive one would serve its own connection only. Every
 #: SEND and SUBSCRIBE of the queue must carry the same properties (a declaration that
 #: differs is refused with PRECONDITION_FAILED).
 RABBITMQ_RUN_QUEUE_HEADERS = {"durable": "true", "auto-delete": "true"}
