@@ -7,6 +7,8 @@
 #   scripts/brokers.sh restart [rabbitmq|activemq|artemis|all]  quick bounce (for tests that kill a broker mid-test)
 #   scripts/brokers.sh status  [rabbitmq|activemq|artemis|all]  readiness of each broker; exit 0 only if all
 #                                                               ready (3 otherwise)
+#   scripts/brokers.sh clean   [rabbitmq|all]                   delete the queues test runs leave in RabbitMQ
+#                                                               (names stompfast-test-*, -lg-*, -cli-*, ...)
 #   scripts/brokers.sh env                                      `export STOMPFAST_..._URL=...` lines, for eval
 #   scripts/brokers.sh logs    [rabbitmq|activemq|artemis]      tail of the broker's log
 # No broker name means all three (for stop: ActiveMQ and Artemis, see below).
@@ -341,9 +343,47 @@ rabbit_start_node() {
     # binds 0.0.0.0 even when enabled_plugins already lists it.
     local args="-rabbitmq_stomp tcp_listeners [{\"$HOST\",$RABBIT_PORT}]"
     args+=" -rabbitmq_web_stomp tcp_config [{ip,\"$HOST\"},{port,$RABBIT_WS_PORT}]"
-    "${SUDO[@]}" env RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="$args" RABBITMQ_NODE_IP_ADDRESS="$HOST" \
-        ERL_EPMD_ADDRESS="$HOST" rabbitmq-server -detached 9>&- \
-        || die "rabbitmq-server -detached failed; see /var/log/rabbitmq/startup_err"
+    # The node holds a file handle per queue while it recovers them at boot. Debian's wrapper
+    # starts it through `su rabbitmq`, whose PAM session puts the soft open-files limit back to
+    # 1024, and a node with more queues than that never leaves "booting" (seen with 2,277 queues
+    # left by test runs). So the node is started as the rabbitmq user by a shell that first raises
+    # its soft limit to the hard one, which this script raises to 65,536 first when it may.
+    local server raise
+    server=$(command -v rabbitmq-server)
+    # shellcheck disable=SC2016  # expanded by the rabbitmq user's shell, not here
+    raise='ulimit -n "$(ulimit -Hn)" 2>/dev/null; exec "$0" -detached'
+    (
+        ulimit -n 65536 2>/dev/null || true
+        hard=$(ulimit -Hn)
+        if [ "$hard" != unlimited ] && [ "$hard" -lt 4096 ]; then
+            say "open-files hard limit is $hard: a node holding more queues than that stays booting"
+        fi
+        "${SUDO[@]}" env RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="$args" RABBITMQ_NODE_IP_ADDRESS="$HOST" \
+            ERL_EPMD_ADDRESS="$HOST" su rabbitmq -s /bin/sh -c "$raise" "$server" 9>&-
+    ) || die "rabbitmq-server -detached failed; see /var/log/rabbitmq/startup_err"
+}
+
+# rabbit_clean: delete the queues that stompfast's tests, load generator and benchmarks name
+# with a random suffix. RabbitMQ's /queue/ destinations are durable, so every test run used to
+# leave a few hundred behind and the node's boot time grew with them. One eval deletes them all
+# (about 2 s per thousand); the prefixes are the ones the project's code generates, so a user's
+# own queues are never touched.
+rabbit_clean() {
+    local expr n
+    expr=$(cat <<'EOF'
+P = ["stompfast-test-", "stompfast-lg-", "stompfast-cli-", "stompfast-spark-", "stompfast-soak-",
+     "stompfast-bench-", "sf-bench-"],
+Ours = fun(Q) ->
+    N = binary_to_list(element(4, amqqueue:get_name(Q))),
+    lists:any(fun(X) -> lists:prefix(X, N) end, P)
+end,
+Qs = lists:filter(Ours, rabbit_amqqueue:list(<<"/">>)),
+[rabbit_amqqueue:delete(Q, false, false, <<"stompfast-brokers">>) || Q <- Qs],
+length(Qs).
+EOF
+)
+    n=$(ctl -q eval "$expr" 2>/dev/null) || { say "RabbitMQ: not running, nothing to clean"; return 0; }
+    say "RabbitMQ: deleted $n leftover test queue(s)"
 }
 
 rabbit_log_tail() {
@@ -1020,7 +1060,7 @@ targets() {  # targets WHAT DEFAULT_FOR_ALL...
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case ${1:-all} in rabbitmq|activemq|artemis|all) ;; *) die "unknown broker '$1' (rabbitmq, activemq, artemis or all)" ;; esac
-[ $# -le 1 ] || die "too many arguments; usage: $0 {start|stop|restart|status|env|logs} [rabbitmq|activemq|artemis|all]"
+[ $# -le 1 ] || die "too many arguments; usage: $0 {start|stop|restart|status|clean|env|logs} [rabbitmq|activemq|artemis|all]"
 case $cmd in
     start)
         lock
@@ -1048,6 +1088,13 @@ case $cmd in
             case $b in rabbitmq) rabbit_status || rc=3 ;; activemq) amq_status || rc=3 ;; artemis) art_status || rc=3 ;; esac
         done
         exit $rc ;;
+    clean)
+        for b in $(targets "${1:-all}" rabbitmq); do
+            case $b in
+                rabbitmq) rabbit_clean ;;
+                *) say "$b: nothing to clean (it keeps no messages or queues across restarts)" ;;
+            esac
+        done ;;
     env)
         print_env ;;
     logs)
