@@ -277,7 +277,9 @@ ARTEMIS_FRAME_LIMIT = 65536  # Artemis's default webSocketMaxFramePayloadLength
 async def _burst(client: AsyncClient, n: int, destination: str) -> None:
     """``n`` small sends written as one burst, then received back in order."""
     bodies = [b"burst-%05d-" % i + b"z" * 200 for i in range(n)]
-    async with client.subscribe(destination, buffer_size=n) as sub:
+    # The buffer holds all n and more: the flush's RECEIPT comes after the n messages,
+    # and a buffer they fill would stop the reader before it (FlowControlError).
+    async with client.subscribe(destination, buffer_size=2 * n) as sub:
         for body in bodies:
             await client.send(destination, body)
         await client.flush()
