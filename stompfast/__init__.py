@@ -38,11 +38,12 @@ from .frames import Frame
 
 __version__ = "0.1.0.dev0"
 
+import logging as _logging
+import types as _types
+
 # A library adds no handler of its own: without logging configured, nothing is printed
 # (not even WARNINGs through logging's last resort); configure logging to see the
 # records of "stompfast.client" and "stompfast.reconnect" (docs/client.md, Logging).
-import logging as _logging
-
 _logging.getLogger("stompfast").addHandler(_logging.NullHandler())
 
 __all__ = [
@@ -91,3 +92,21 @@ __all__ = [
     "TransactionError",
     "encode_frame",
 ]
+
+# Each public class and function shows as stompfast.X, the name users import, rather than as
+# the private module that defines it: in reprs, help() and pickles (pickle finds stompfast.X
+# by that name, the same object). httpx does the same. Left alone: the names of the
+# public modules errors and frames (stompfast.errors.ConnectError is a name users import
+# too), and the scanner pair, whose module says which implementation was loaded (_scanner_c
+# or _scanner_py; the Cython type's __module__ cannot be set). Constants and other values keep
+# theirs. The cost, for the classes changed: inspect.getsource() cannot find them (it reads
+# __module__'s file), and typing.get_type_hints() evaluates their annotations in this module.
+for _name in __all__:
+    _obj = globals()[_name]
+    if (
+        isinstance(_obj, (type, _types.FunctionType))
+        and _obj.__module__.startswith("stompfast._")
+        and _name not in ("FrameScanner", "encode_frame")
+    ):
+        _obj.__module__ = "stompfast"
+del _name, _obj

@@ -170,3 +170,49 @@ def test_the_architecture_page_names_every_module_of_the_package():
             if stem not in text:
                 missing.append(name)
     assert not missing, f"docs/architecture.md does not mention {missing}"
+
+
+def _package_modules() -> set:
+    """Every module of the package as a path under stompfast/ (``cli/send.py``), and every
+    subpackage as ``cli/`` (its ``__init__.py`` is described on that line)."""
+    root = ROOT / "stompfast"
+    names = set()
+    for path in root.rglob("*"):
+        relative = path.relative_to(root).as_posix()
+        if path.is_dir() and (path / "__init__.py").exists():
+            names.add(relative + "/")
+        elif path.suffix in (".py", ".pyx") and not (path.name == "__init__.py" and path.parent != root):
+            names.add(relative)
+    return names
+
+
+def test_the_contributing_layout_names_every_module_of_the_package_once():
+    # CONTRIBUTING.md's "Layout" is where a new contributor looks for what each module is for:
+    # one line per module, saying its job. A module it leaves out, or one it names that is
+    # gone, is a map that lies.
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    block = text.split("\n## Layout\n", 1)[1].split("```\n", 2)[1]
+    named, package, empty = [], "", []
+    for line in block.splitlines():
+        match = re.match(r"^( +)(\S+)\s*(.*)$", line)
+        if not match or len(match.group(1)) not in (2, 4):
+            continue  # stompfast/ itself, tests/, docs/...; a wrapped description
+        indent, name, description = match.groups()
+        if len(indent) == 2:
+            package = name if name.endswith("/") else ""
+            path = name
+        else:
+            assert package, f"{name} is indented under no subpackage"
+            path = package + name
+        named.append(path)
+        if not description:
+            empty.append(path)
+    modules = _package_modules()
+    assert len(modules) > 50, sorted(modules)  # the walk found the package
+    missing = sorted(modules - set(named))
+    stale = sorted(set(named) - modules)
+    twice = sorted({path for path in named if named.count(path) > 1})
+    assert not (missing or stale or twice or empty), (
+        f"CONTRIBUTING.md's layout: missing {missing}, naming what does not exist {stale}, "
+        f"twice {twice}, without a description {empty}"
+    )

@@ -24,6 +24,8 @@ sends the same bytes. See docs/observability.md.
 
 from __future__ import annotations
 
+import types as _types
+
 try:
     import opentelemetry.metrics  # noqa: F401
     import opentelemetry.trace  # noqa: F401
@@ -61,3 +63,12 @@ __all__ = [
     "tracer_provider_from_environment",
     "uninstrument",
 ]
+
+# Each public class and function shows as stompfast.otel.X, the name users import (reprs,
+# help(), pickles), not as the private module that defines it: as in stompfast/__init__.py.
+# The constants keep theirs.
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, (type, _types.FunctionType)) and _obj.__module__.startswith(__name__ + "._"):
+        _obj.__module__ = __name__
+del _name, _obj

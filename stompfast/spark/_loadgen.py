@@ -243,3 +243,7 @@ def run_cluster_load(
     rows = spark.read.format("stomp-loadgen").options(**opts).load().collect()
     return merge_rows([r.asDict() for r in rows])
 
+
+
+# Shown as stompfast.spark.X (see the end of _source.py).
+ClusterLoadResult.__module__ = StompLoadgenDataSource.__module__ = run_cluster_load.__module__ = "stompfast.spark"

@@ -395,3 +395,9 @@ class StompStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
             rt, self._rt = self._rt, None
         if rt is not None:
             rt.close()  # unacked messages go back to the broker
+
+
+# Shown as stompfast.spark.StompDataSource, the name users import (reprs, help(); cloudpickle
+# ships the class to executors by that name), as stompfast/__init__.py does
+# for its names; set here because stompfast.spark imports this module only on first use.
+StompDataSource.__module__ = "stompfast.spark"

@@ -1486,3 +1486,9 @@ class Broker(RunsInThread):
             d.message.redelivered = True
             queue.ready.appendleft(d.message)
         self._dispatch(queue)
+
+
+# Shown as stompfast.testing.X, the name users import (reprs, help(), pickles),
+# as stompfast/__init__.py does for its names; set here because stompfast.testing imports
+# this module only on first use.
+Broker.__module__ = BrokerStats.__module__ = "stompfast.testing"

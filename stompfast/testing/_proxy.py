@@ -728,3 +728,7 @@ class FaultProxy(RunsInThread):
                     await anyio.sleep(n / rate)
         except _IO_ERRORS:
             self._peer_reset(link)
+
+
+# Shown as stompfast.testing.X (see the end of _broker.py).
+FaultProxy.__module__ = ProxyStats.__module__ = "stompfast.testing"
