@@ -42,7 +42,8 @@ CONNECT, install it), :mod:`._supervisor` (the broker list and reconnecting),
 :mod:`._outbox` (the send queue, the writer, heart-beats), :mod:`._inbox`
 (reading, dispatch to subscriptions and receipts, flow control, liveness) and
 :mod:`._session` (subscribe, ACK/NACK, transactions). This module holds the
-public API, the client's lifecycle (connect, close, fail) and sending.
+public API, the client's lifecycle (connect, close, fail; its states and their
+moves are the table of :mod:`._lifecycle`) and sending.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from ._common import RETRYABLE, body_bytes, conn_log, copy_error, where
 from ._config import Endpoint, check_positive
 from ._framelog import FrameLog
 from ._inbox import Inbox
+from ._lifecycle import CLOSED, CLOSING, CONNECTING, FAILED, NEW, OPEN, RECONNECTING, ClientState, advance, describe
 from ._link import Link
 from ._options import ClientOptions
 from ._options import endpoints_and_policy, tls_options
@@ -195,7 +197,8 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
         self._protocol = self._make_protocol(self.endpoint)
         self._transport: Optional[StompTransport] = None
         self._tg: Optional[anyio.abc.TaskGroup] = None
-        self._state = "new"  # new -> connecting -> open -> closing -> closed
+        # Where the client is in its life (docs and the table of moves: _lifecycle.py).
+        self._state = ClientState.NEW
         self._error: Optional[BaseException] = None
         self._receipts: Dict[str, PendingReceipt] = {}
         # Guards the receipt registry and the installed connection against
@@ -260,13 +263,11 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
 
     @property
     def is_connected(self) -> bool:
-        return self._state == "open" and self._error is None
+        return self._state is OPEN
 
     def __repr__(self) -> str:
-        # the URL without its passcode; the state as a person would say it
-        state = {"open": "connected", "new": "not connected"}.get(self._state, self._state)
-        if self._error is not None and self._state not in ("closing", "closed"):
-            state = f"failed: {type(self._error).__name__}"
+        # The URL without its passcode, and the state as a person would say it.
+        state = describe(self._state, self._error)
         version = f" STOMP {self.version}" if self.version and state == "connected" else ""
         return f"<AsyncClient {self.endpoint.url} {state}{version}>"
 
@@ -310,9 +311,9 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
             AuthenticationError: the broker answered CONNECT with ERROR.
             ClientClosedError: this client was already used.
         """
-        if self._state != "new":
+        if self._state is not NEW:
             raise ClientClosedError("an AsyncClient connects once; create a new one to connect again")
-        self._state = "connecting"
+        self._state = advance(self._state, CONNECTING)
         if sniffio.current_async_library() == "asyncio":
             import asyncio
 
@@ -323,7 +324,9 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
         self._tg = tg
         try:
             await self._establish(first=True)
-            self._state = "open"
+            if self._state is not CONNECTING:
+                raise ClientClosedError("the client was closed while it connected")
+            self._state = advance(self._state, OPEN)
             if self._policy.enabled:
                 scope = self._supervisor = anyio.CancelScope()
 
@@ -333,7 +336,9 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
 
                 tg.start_soon(supervise, name="stompfast-reconnect")
         except BaseException:
-            self._state = "closed"
+            # An aclose() from another task that began meanwhile ends in CLOSED itself.
+            if self._state is CONNECTING:
+                self._state = advance(self._state, CLOSED)
             self._link_alive = False
             self._live.protocol = None
             for scope in self._scopes:
@@ -364,10 +369,12 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
             await tg.__aexit__(None, None, None)
 
     async def _shutdown(self, *, cancelled: bool = False) -> None:
-        if self._state in ("closing", "closed", "new"):
-            self._state = "closed" if self._state == "new" else self._state
+        if self._state in (CLOSING, CLOSED):
             return
-        self._state = "closing"
+        if self._state is NEW:
+            self._state = advance(self._state, CLOSED)
+            return
+        self._state = advance(self._state, CLOSING)
         if self._error is None and conn_log.isEnabledFor(logging.INFO):
             conn_log.info("closing the connection to %s", where(self.endpoint))
         try:
@@ -413,7 +420,7 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
                     await self._transport.aclose()
             if self._drained is not None:
                 self._drained.set()
-            self._state = "closed"
+            self._state = advance(self._state, CLOSED)
 
     def _background(self, coro: Any, name: str) -> None:
         """Run ``coro`` in the task group under a cancel scope of its own.
@@ -442,22 +449,25 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
         """
         if self._error is not None:
             return
-        if self._state in ("closing", "closed"):
+        if self._state in (CLOSING, CLOSED):
             # Our own close is under way (it may be what ended the connection):
             # only end the waits, so that close does not sit out its timeout.
             self._fail_receipts(error)
             return
         if (
             self._policy.enabled
-            and self._state in ("open", "reconnecting")
+            and self._state in (OPEN, RECONNECTING)
             and self._supervisor is not None
             and isinstance(error, RETRYABLE)
         ):
             self._link_down(error)
             return
-        if self._state == "open" and conn_log.isEnabledFor(logging.WARNING):
+        if self._state is OPEN and conn_log.isEnabledFor(logging.WARNING):
             conn_log.warning("connection to %s failed: %s", where(self.endpoint), describe_error(error))
         self._error = error
+        # During the first connect the state stays CONNECTING: connect() is about to raise and close.
+        if self._state in (OPEN, RECONNECTING):
+            self._state = advance(self._state, FAILED)
         if self._link_alive:
             self._n_losses += 1
         self._link_alive = False
@@ -493,15 +503,15 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
     def _check_open(self) -> None:
         if self._error is not None:
             raise copy_error(self._error)
-        if self._state == "reconnecting":
+        if self._state is RECONNECTING:
             raise ConnectionLostError(
                 f"the connection to {self.endpoint.host}:{self.endpoint.port} was lost and is being"
                 " re-established"
             )
-        if self._state != "open":
+        if self._state is not OPEN:
             raise ClientClosedError(
                 "the client is not connected (use `async with AsyncClient(...) as client:`)"
-                if self._state in ("new", "connecting")
+                if self._state in (NEW, CONNECTING)
                 else "the client is closed"
             )
 
@@ -550,7 +560,7 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
             ConnectionLostError: the connection ended before the receipt came.
             LocalProtocolError: the frame cannot be expressed (nothing was sent).
         """
-        if self._error is not None or self._state != "open":
+        if self._state is not OPEN:
             await self._ensure_open()
         if type(body) is bytes and headers is None and content_type is None and not receipt:
             data = self._protocol.send_plain(destination, body)  # the hot path: a plain SEND

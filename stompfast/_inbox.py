@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 import anyio
 
 from ._framelog import frame_log
+from ._lifecycle import CLOSING, ClientState
 from ._protocol import ErrorReceived, Message, OversizedMessage, ReceiptReceived, SessionState, StompProtocol
 from ._stats import Counters
 from ._receipt import PendingReceipt
@@ -73,7 +74,7 @@ class Inbox(Counters):
     _transport: Optional[StompTransport]
     _protocol: StompProtocol
     _error: Optional[BaseException]
-    _state: str
+    _state: ClientState
     _link_alive: bool
     _loop: Any
     _clock: Callable[[], float]
@@ -158,7 +159,7 @@ class Inbox(Counters):
                         # while the EOF was on its way to us: it is handled, and the
                         # protocol's CLOSED state is that loss, not our close.
                         return
-                    if protocol.state is SessionState.CLOSED or self._state == "closing":
+                    if protocol.state is SessionState.CLOSED or self._state is CLOSING:
                         # our close: a broker may end it without the DISCONNECT's RECEIPT
                         # (RabbitMQ's Web-STOMP closes the WebSocket): stop waiting for it
                         self._fail(ClientClosedError("the client is closed"))
@@ -330,7 +331,7 @@ class Inbox(Counters):
     def _on_eof(self, error: Optional[BaseException]) -> None:
         protocol = self._protocol
         try:
-            if self._error is None and (protocol.state is SessionState.CLOSED or self._state == "closing"):
+            if self._error is None and (protocol.state is SessionState.CLOSED or self._state is CLOSING):
                 # our close: a broker may end it without the DISCONNECT's RECEIPT (RabbitMQ's
                 # Web-STOMP closes the WebSocket); stop waiting for it (_fail only ends the waits)
                 self._fail(ClientClosedError("the client is closed"))

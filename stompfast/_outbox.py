@@ -27,6 +27,7 @@ import anyio.lowlevel
 
 from ._common import body_bytes
 from ._framelog import frame_log
+from ._lifecycle import OPEN, RECONNECTING, ClientState
 from ._protocol import Message, StompProtocol
 from ._stats import Counters
 from ._receipt import PendingReceipt, Receipt
@@ -58,7 +59,7 @@ class Outbox(Counters):
     _transport: Optional[StompTransport]
     _protocol: StompProtocol
     _error: Optional[BaseException]
-    _state: str
+    _state: ClientState
     _link_alive: bool
     _stalled: bool
     _clock: Callable[[], float]
@@ -256,7 +257,7 @@ class Outbox(Counters):
 
     def _queue_ack(self, message: Message) -> bool:
         """The common ACK (no receipt, no transaction) queued now; False if that must wait (the caller awaits)."""
-        if self._error is None and self._state == "open" and self._out_bytes < self._send_buffer_bytes:
+        if self._state is OPEN and self._out_bytes < self._send_buffer_bytes:
             data = self._protocol.ack_plain(message)
             self._n_acks += 1
             out = self._out  # _queue, inlined: calling it costs ~5% of a client-ack drain
@@ -289,8 +290,8 @@ class Outbox(Counters):
                 is full): ``await send(...)`` instead.
             ClientClosedError, ConnectionLostError, ...: as :meth:`send`.
         """
-        if self._error is not None or self._state != "open":
-            if self._state == "reconnecting" and self._error is None:
+        if self._state is not OPEN:
+            if self._state is RECONNECTING:
                 raise anyio.WouldBlock
             self._check_open()
         if self._out_bytes >= self._send_buffer_bytes:
@@ -335,8 +336,7 @@ class Outbox(Counters):
         body, content_type = body_bytes(body, content_type)
         with self._registry_lock:
             if (
-                self._error is not None
-                or self._state != "open"
+                self._state is not OPEN
                 or not self._link_alive
                 or self._transport is not transport
                 or self._out

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Set, Union
 import anyio
 
 from ._common import body_bytes, log
+from ._lifecycle import OPEN, RECONNECTING, ClientState
 from ._protocol import Message, SessionState, StompProtocol, check_destination
 from ._stats import Counters
 from ._receipt import PendingReceipt
@@ -36,7 +37,7 @@ class Session(Counters):
     # reads
     _protocol: StompProtocol
     _error: Optional[BaseException]
-    _state: str
+    _state: ClientState
     _link_alive: bool
     _disconnect_timeout: float
 
@@ -157,7 +158,7 @@ class Session(Counters):
             return
         del self._subs[sub.id]
         self._n_received_gone += sub.seq
-        if self._error is None and self._state == "open" and self._protocol.state is SessionState.CONNECTED:
+        if self._state is OPEN and self._protocol.state is SessionState.CONNECTED:
             data, _ = self._protocol.unsubscribe(sub.id)
             # Bounded like DISCONNECT: a broker that stops reading (TCP flow control)
             # must not hold the caller here; the subscription is gone locally anyway.
@@ -204,7 +205,7 @@ class Session(Counters):
 
     async def _ack(self, command: str, message: Message, transaction: Optional[str], receipt: bool) -> None:
         self._check_stale(command, message)
-        if self._state != "reconnecting" or self._error is not None:
+        if self._state is not RECONNECTING:
             self._check_open()
         # else: the message came on the new connection while it confirms the
         # re-established subscriptions (a broker may deliver first): it is live, so
@@ -283,7 +284,7 @@ class Session(Counters):
 
     async def _tx_abort(self, tx: AsyncTransaction, tx_id: str, lost: bool) -> None:
         self._transactions.discard(tx)
-        if lost or self._error is not None or self._state != "open":
+        if lost or self._state is not OPEN:
             return  # the session is gone: the broker aborted it already
         data, _ = self._protocol.abort(tx_id)
         await self._write(data)

@@ -23,6 +23,7 @@ import anyio.lowlevel
 
 from ._common import RETRYABLE, conn_log, log, reconnect_log, where
 from ._config import Endpoint
+from ._lifecycle import FAILED, OPEN, RECONNECTING, ClientState, advance
 from ._protocol import StompProtocol
 from ._reconnect import ConnectionEvent, ReconnectPolicy
 from ._stats import Counters
@@ -77,7 +78,7 @@ class Supervisor(Counters):
     endpoints: Tuple[Endpoint, ...]
     _protocol: StompProtocol
     _transport: Optional[StompTransport]
-    _state: str
+    _state: ClientState
     _error: Optional[BaseException]
     _subs: Dict[str, Inlet]
 
@@ -172,8 +173,8 @@ class Supervisor(Counters):
         self._link_alive = False
         self._live.protocol = None
         self._n_losses += 1
-        if self._state == "open":
-            self._state = "reconnecting"
+        if self._state is OPEN:
+            self._state = advance(self._state, RECONNECTING)
             self._up_event = self._next_up
         self._fail_receipts(error)
         dropped_frames = self._drop_outbox()
@@ -225,7 +226,10 @@ class Supervisor(Counters):
                 self._give_up(exc)
                 return
             self.reconnects += 1
-            self._state = "open"
+            if self._state is not RECONNECTING:
+                # aclose() began while the connection was being made: it owns the teardown now.
+                return
+            self._state = advance(self._state, OPEN)
             up = self._up_event
             if up is not None:
                 up.set()
@@ -233,6 +237,7 @@ class Supervisor(Counters):
     def _give_up(self, error: BaseException) -> None:
         """No attempt left: fail the client for good with ``error``."""
         self._error = error
+        self._state = advance(self._state, FAILED)
         self._fail_receipts(error)
         for sub in self._subs.values():
             sub.close(error)
@@ -246,10 +251,10 @@ class Supervisor(Counters):
         first: a caller retrying on the error (a loop of ``send``) cannot starve every
         other task, the reconnect and the heart-beats included.
         """
-        while self._state == "reconnecting" and self._error is None:
+        while self._state is RECONNECTING:
             up = self._up_event
             assert up is not None
             await up.wait()
-        if self._error is not None or self._state != "open":
+        if self._state is not OPEN:
             await anyio.lowlevel.checkpoint()
         self._check_open()
