@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import json
+import os
 import subprocess
 import sys
 import threading

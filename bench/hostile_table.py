@@ -23,7 +23,6 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from _tables import print_table  # noqa: E402
-
 from hostile import CASES, Case, HostileServer, Outcome, run_async, run_blocking  # noqa: E402
 
 CLIENTS: List[Tuple[str, Any]] = [

@@ -18,7 +18,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from _tables import print_table  # noqa: E402
-
 from memory_paths import LIMIT, MB, PATHS  # noqa: E402
 
 

@@ -58,11 +58,12 @@ def start_broker() -> Tuple[subprocess.Popen, str]:
 
 
 def setups() -> Dict[str, Callable[[AsyncClient], Any]]:
-    import stompfast.otel as otel
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
     from opentelemetry.trace import NoOpTracerProvider
+
+    import stompfast.otel as otel
 
     class Drop(SpanExporter):
         def export(self, spans: Sequence[Any]) -> SpanExportResult:

@@ -313,8 +313,7 @@ def main() -> None:
     skip = set(filter(None, args.skip.split(",")))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
+    from pyspark.sql import SparkSession, functions as F
 
     from stompfast.spark import register
 

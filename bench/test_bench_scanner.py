@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import pytest
-
 import scanner_compare as sc
 
 

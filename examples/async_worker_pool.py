@@ -10,9 +10,8 @@ never piles messages up. Runs on asyncio (add backend="trio" to anyio.run for tr
 from __future__ import annotations
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream
-
 from _where import broker_url
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from stompfast import AsyncClient, Message
 

@@ -20,8 +20,7 @@ from _where import broker_url
 
 def main(n: int) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
+    from pyspark.sql import SparkSession, functions as F
 
     from stompfast.spark import register
 

@@ -23,8 +23,9 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 with atheris.instrument_imports():
-    import stompfast  # noqa: F401  (imported under instrumentation: the scanner, protocol and client)
     from hostile import FRAGMENTS, check_stream_outcome, run_stream
+
+    import stompfast  # noqa: F401  (imported under instrumentation: the scanner, protocol and client)
 
 
 def TestOneInput(data: bytes) -> None:

@@ -52,7 +52,19 @@ import itertools
 import logging
 import threading
 from typing import (
-    TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Literal, Mapping, Optional, Sequence, Set, Tuple, Union,
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Literal,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    Union,
     overload,
 )
 
@@ -65,17 +77,20 @@ from ._framelog import FrameLog
 from ._inbox import Inbox
 from ._lifecycle import CLOSED, CLOSING, CONNECTING, FAILED, NEW, OPEN, RECONNECTING, ClientState, advance, describe
 from ._link import Link
-from ._options import ClientOptions
-from ._options import endpoints_and_policy, tls_options
-from ._options import resolve as resolve_options
-from ._options import signature as options_signature
+from ._options import (
+    ClientOptions,
+    endpoints_and_policy,
+    resolve as resolve_options,
+    signature as options_signature,
+    tls_options,
+)
 from ._outbox import Outbox
 from ._protocol import SessionState
 from ._receipt import PendingReceipt, Receipt
 from ._session import Session
 from ._stats import Counters
-from ._supervisor import Supervisor
 from ._subscription import Inlet, LiveSession, SubscriptionOps
+from ._supervisor import Supervisor
 from ._transaction import AsyncTransaction, SessionTransaction
 from ._transport import PushTransport, StompTransport, describe_error
 from .errors import ClientClosedError, ConfigurationError, ConnectionLostError, StompError

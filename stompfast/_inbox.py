@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 import anyio
 
+from ._common import conn_log
 from ._framelog import frame_log
 from ._lifecycle import CLOSING, ClientState
 from ._protocol import ErrorReceived, Message, OversizedMessage, ReceiptReceived, SessionState, StompProtocol
-from ._stats import Counters
 from ._receipt import PendingReceipt
+from ._stats import Counters
 from ._subscription import Inlet
-from ._common import conn_log
 from ._transport import READ_SIZE, AsyncioTransport, PushTransport, StompTransport, describe_error
 from .errors import (
     ClientClosedError,

@@ -23,8 +23,8 @@ import anyio
 from ._config import Endpoint
 from ._framelog import FrameLog, frame_log
 from ._protocol import Connected, ErrorReceived, StompProtocol
-from ._stats import Counters
 from ._receipt import PendingReceipt
+from ._stats import Counters
 from ._subscription import Inlet
 from ._transport import READ_SIZE, StompTransport, WebSocketSpec, open_transport
 from .errors import (

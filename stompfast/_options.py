@@ -17,8 +17,8 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from ._config import Endpoint, parse_urls
 from ._protocol import SUPPORTED_VERSIONS
-from .errors import ConfigurationError
 from ._reconnect import ConnectionEvent, ReconnectPolicy
+from .errors import ConfigurationError
 
 try:
     from typing import TypedDict

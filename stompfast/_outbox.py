@@ -29,8 +29,8 @@ from ._common import body_bytes
 from ._framelog import frame_log
 from ._lifecycle import OPEN, RECONNECTING, ClientState
 from ._protocol import Message, StompProtocol
-from ._stats import Counters
 from ._receipt import PendingReceipt, Receipt
+from ._stats import Counters
 from ._transport import AsyncioTransport, StompTransport
 from .errors import ConnectionLostError
 

@@ -1,4 +1,3 @@
 # The compiled scanner has the pure twin's API exactly (tests/test_implementation.py holds
 # them to it): its types are the twin's.
-from ._scanner_py import FrameScanner as FrameScanner
-from ._scanner_py import encode_frame as encode_frame
+from ._scanner_py import FrameScanner as FrameScanner, encode_frame as encode_frame

@@ -17,8 +17,8 @@ import anyio
 from ._common import body_bytes, log
 from ._lifecycle import OPEN, RECONNECTING, ClientState
 from ._protocol import Message, SessionState, StompProtocol, check_destination
-from ._stats import Counters
 from ._receipt import PendingReceipt
+from ._stats import Counters
 from ._subscription import DEFAULT_BUFFER_SIZE, AsyncSubscription, Inlet, LiveSession, SubscriptionOps
 from ._transaction import AsyncTransaction, SessionTransaction, TransactionOps
 from .errors import ClientClosedError, StaleMessageError, StompError

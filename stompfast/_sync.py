@@ -92,9 +92,7 @@ from anyio.from_thread import BlockingPortal
 from ._client import AsyncClient
 from ._common import copy_error
 from ._config import Endpoint
-from ._options import ClientOptions
-from ._options import resolve as resolve_options
-from ._options import signature as options_signature
+from ._options import ClientOptions, resolve as resolve_options, signature as options_signature
 from ._protocol import Message
 from ._receipt import Receipt
 from ._stats import ClientStats

@@ -13,10 +13,9 @@ import contextlib
 import socket
 import struct
 import threading
-from typing import Any, Callable, Iterator, List, Optional
-
 import time
 import tracemalloc
+from typing import Any, Callable, Iterator, List, Optional
 
 import stompfast
 from stompfast import FrameScanner, encode_frame

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 import anyio
-
 from hostile import Conn, HostileServer
+
 from stompfast import AsyncClient, Client, StompTimeout, encode_frame
 from stompfast.testing import Broker
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Dict, Iterator, Tuple
 
 import pytest
-
 from hostile import Conn, HostileServer
 
 pytestmark = [pytest.mark.timeout(120)]

@@ -22,13 +22,13 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
-
 from brokerenv import broker_url
 from hostile import Conn, HostileServer
+
 from stompfast import cli
 from stompfast._config import parse_url
 from stompfast._protocol import Message
@@ -252,10 +252,9 @@ def test_listen_stats_prints_the_clients_metrics_at_the_end(stomp_broker_thread)
 
 
 def test_stats_line_and_block_of_a_sum_of_clients() -> None:
+    from stompfast import ClientStats
     from stompfast.cli.common import stats_block, stats_line
     from stompfast.loadgen.clientstats import merge_records, stats_record
-
-    from stompfast import ClientStats
 
     one = stats_record(ClientStats(messages_sent=5, frames_out=6, bytes_out=2048, connection_losses=1,
                                    reconnects=1, frames_dropped=2, errors=1, receipts_failed=1))

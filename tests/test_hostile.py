@@ -16,8 +16,8 @@ from typing import Any, List, Optional
 
 import anyio
 import pytest
-
 from hostile import Conn, HostileServer, endless_frame
+
 from stompfast import (
     AsyncClient,
     AuthenticationError,

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any, Dict, Optional, Tuple
 
 import pytest
-
 from hostile import CASES, Case, HostileServer, run_async, run_blocking
 
 pytestmark = [pytest.mark.timeout(60)]
@@ -46,8 +45,7 @@ def test_blocking_client(case: Case, backend: Tuple[str, Optional[Dict[str, Any]
 # -- random server byte streams ------------------------------------------------------------------
 
 try:
-    from hypothesis import HealthCheck, given, settings
-    from hypothesis import strategies as st
+    from hypothesis import HealthCheck, given, settings, strategies as st
 except ImportError:  # pragma: no cover - hypothesis is in the test extra
     given = None
 

@@ -8,7 +8,6 @@ messages): the RSS of the process holding the client may not grow by 50 MB.
 from __future__ import annotations
 
 import pytest
-
 from memory_paths import LIMIT, MB, PATHS, seconds_from_env
 
 pytestmark = [pytest.mark.timeout(120)]

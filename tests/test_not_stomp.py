@@ -18,8 +18,8 @@ from typing import Any, List, Tuple
 
 import anyio
 import pytest
-
 from hostile import Conn, HostileServer
+
 from stompfast import (
     AsyncClient,
     Client,

@@ -19,8 +19,7 @@ from typing import Any, Dict, List
 import pytest
 
 from stompfast import cli
-from stompfast.loadgen import LoadConfig
-from stompfast.loadgen import run as run_load
+from stompfast.loadgen import LoadConfig, run as run_load
 
 try:
     import opentelemetry.sdk.trace  # noqa: F401

@@ -10,8 +10,7 @@ from typing import Any, List, Sequence, Tuple
 
 import pytest
 from helpers import load_impl, no_extensions, run_chunks
-from hypothesis import assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from stompfast.errors import LocalProtocolError
 from stompfast.frames import COMMANDS, Frame

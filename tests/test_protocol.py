@@ -12,15 +12,15 @@ import stompfast._events as events_module
 import stompfast._protocol as protocol_module
 from stompfast import Frame, FrameScanner, encode_frame
 from stompfast._protocol import (
+    MAX_HEART_BEAT_MS,
+    PREFETCH_HEADERS,
+    TRANSITIONS,
     Connected,
     ErrorReceived,
     Message,
     ReceiptReceived,
     SessionState,
     StompProtocol,
-    TRANSITIONS,
-    MAX_HEART_BEAT_MS,
-    PREFETCH_HEADERS,
     negotiate_heart_beat,
 )
 from stompfast.errors import (

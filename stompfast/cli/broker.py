@@ -18,7 +18,6 @@ from .common import (
     run_stoppable,
 )
 
-
 _SIZE = re.compile(r"(?P<n>\d+)\s*(?:(?P<unit>[KMG])i?B?|B?)", re.IGNORECASE)
 
 

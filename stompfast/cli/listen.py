@@ -34,7 +34,6 @@ from .common import (
     trace_setup,
 )
 
-
 LISTEN_EPILOG = f"""\
 Output (stdout unless --output):
   default   each body as it arrived (bytes untouched), followed by a newline

@@ -70,8 +70,7 @@ Layout: one module per job; every name listed here is importable from this packa
 
 from __future__ import annotations
 
-from .command import BENCH_EPILOG as BENCH_EPILOG
-from .command import add_bench_command, run_bench
+from .command import BENCH_EPILOG as BENCH_EPILOG, add_bench_command, run_bench
 from .config import (
     DEFAULT_COUNT as DEFAULT_COUNT,
     DEFAULT_DURATION as DEFAULT_DURATION,
@@ -96,8 +95,7 @@ from .histogram import (
     SUB_MASK as SUB_MASK,
     latency_index as latency_index,
 )
-from .plot import PLOT_HINT as PLOT_HINT
-from .plot import write_plot
+from .plot import PLOT_HINT as PLOT_HINT, write_plot
 
 __all__ = [
     "LoadConfig",

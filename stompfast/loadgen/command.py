@@ -19,11 +19,11 @@ import anyio
 
 from ..cli.common import (
     CONNECTION_HELP,
-    Connection,
     ENV_URL,
     EXIT_FAILURE,
     EXIT_OK,
     TRACE_FROM_ENV,
+    Connection,
     Failure,
     Status,
     Stopped,
@@ -48,7 +48,6 @@ from .config import ACK_MODES, LoadConfig, LoadInterrupted, LoadResult, Progress
 from .coordinator import run_load
 from .histogram import histogram_class
 from .plot import PLOT_HINT, write_plot
-
 
 BENCH_EPILOG = f"""\
 Without --url (and without ${ENV_URL}) the in-process test broker is started on a free

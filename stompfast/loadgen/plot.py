@@ -6,7 +6,6 @@ from typing import Any, Dict, List, Tuple
 
 from .config import LoadResult
 
-
 PLOT_HINT = "--plot needs matplotlib: pip install 'stompfast[plot]' (or pip install matplotlib)"
 
 

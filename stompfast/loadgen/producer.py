@@ -14,7 +14,6 @@ from .histogram import MAX_LATENCY_US, new_histogram
 from .plan import ProducerSpec, WorkerSpec
 from .timeline import Recorder
 
-
 _BURST = 100  # closed loop: messages sent between two yields to the event loop
 
 

@@ -18,7 +18,6 @@ from .plan import WorkerSpec, group_name
 from .producer import ProducerState, send_all
 from .timeline import Recorder, max_present, min_present
 
-
 TICK = 0.05  # seconds between a worker's progress reports / the coordinator's checks
 STATS_EVERY = 1.0  # seconds between the clients' metrics in the progress reports
 

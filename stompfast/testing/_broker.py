@@ -113,11 +113,11 @@ from anyio.abc import SocketAttribute
 from anyio.streams.tls import TLSListener
 
 from .. import __version__
-from ._threaded import RunsInThread
 from .._protocol import MAX_HEART_BEAT_MS
 from .._scanner import FrameScanner, encode_frame
 from ..errors import LimitExceededError, LocalProtocolError, RemoteProtocolError
 from ..frames import SERVER_COMMANDS, Frame
+from ._threaded import RunsInThread
 
 __all__ = ["DEFAULT_MAX_BYTES", "MESSAGE_OVERHEAD", "Broker", "BrokerStats"]
 

@@ -17,8 +17,8 @@ import uuid
 from typing import Dict
 
 import pytest
-
 from brokerenv import broker_url
+
 from stompfast._config import parse_url
 
 BROKERS: Dict[str, str] = {name: broker_url(name) for name in ("rabbitmq", "activemq", "artemis")}

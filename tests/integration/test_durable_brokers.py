@@ -17,6 +17,7 @@ import pytest
 
 from stompfast import AsyncClient, Client, ConfigurationError, ReceiveTimeout
 
+
 @pytest.fixture
 def durable_broker(broker: str, broker_url: str) -> Tuple[str, str]:
     """``(name, url)`` of a real broker that answers STOMP: every broker of the ``broker`` fixture."""

@@ -17,8 +17,8 @@ from typing import Dict, Optional
 
 import anyio
 import pytest
-
 from brokerenv import broker_url
+
 from stompfast import AsyncClient, ConnectError, ConnectionLostError, Message, TLSError
 from stompfast._config import parse_url
 

@@ -21,8 +21,8 @@ from typing import Dict, Optional
 
 import anyio
 import pytest
-
 from brokerenv import broker_url as url_of
+
 from stompfast import AsyncClient, ConnectionLostError
 from stompfast._config import parse_url
 

@@ -20,8 +20,7 @@ def main() -> None:
     import stompfast
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(stompfast.__file__)))
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
+    from pyspark.sql import SparkSession, functions as F
 
     spark = (SparkSession.builder.master("local-cluster[2,1,1024]").appName("stompfast-cluster-test")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")

@@ -18,7 +18,6 @@ import uuid
 from typing import Any, Iterator, Optional
 
 import pytest
-
 from brokerenv import broker_url
 
 REQUIRE = os.environ.get("STOMPFAST_REQUIRE_SPARK") == "1"
@@ -39,8 +38,8 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 
 def _missing() -> Optional[str]:
     try:
-        import pyspark  # noqa: F401
         import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
     except ImportError as exc:
         return f"pyspark/pyarrow not installed ({exc}); pip install 'stompfast[spark]'"
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
