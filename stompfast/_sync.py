@@ -15,7 +15,7 @@ and it crosses as rarely as the guarantees allow:
   per read). A message handed out is the received ``Message`` itself, re-classed
   as :class:`SyncMessage`.
 * **Receipt-less sends and acks cross once per burst.** They go on an ordered
-  queue (:class:`~stompfast._sync_outbox.Outbox`) written by one drainer task of the connection, woken
+  queue (:class:`~stompfast._sync_outbox.ThreadOutbox`) written by one drainer task of the connection, woken
   by the first frame of a burst with one cheap loop wake-up.
 * **A receipted send crosses only back.** On the stock asyncio loop over plain
   TCP the calling thread writes the frame itself
@@ -58,7 +58,7 @@ Modules
 * ``_sync.py``: :class:`Client` (this module; it re-exports the others' public classes).
 * ``_sync_loop.py``: :class:`Portal` (the loop thread), ``SyncLoop`` (calling into
   the loop, bounded by a timeout there), the host task and ``ClientLifetime``.
-* ``_sync_outbox.py``: ``Outbox``, the queue of receipt-less sends and acks and its drainer.
+* ``_sync_outbox.py``: ``ThreadOutbox``, the queue of receipt-less sends and acks and its drainer.
 * ``_sync_receipts.py``: :class:`ReceiptFuture`, the tasks that settle it, ``Handover``.
 * ``_sync_subscription.py``: :class:`Subscription`, :class:`SyncMessage`, ``CallbackWorker``.
 * ``_sync_transaction.py``: :class:`Transaction`.
@@ -107,7 +107,7 @@ from ._sync_loop import (
     running_asyncio_loop,
     timeout_error,
 )
-from ._sync_outbox import Outbox
+from ._sync_outbox import ThreadOutbox
 from ._sync_receipts import (
     Handover,
     ReceiptFuture,
@@ -174,7 +174,7 @@ class Client:
         # Sends without a receipt: queued here by the calling threads, written by one
         # drain task per burst (one thread crossing per burst, not per message).
         # ``self._outbox.closed`` is this client's closed flag.
-        self._outbox: Outbox  # receipt-less sends and acks, written by one drainer per burst
+        self._outbox: ThreadOutbox  # receipt-less sends and acks, written by one drainer per burst
         self._owner: Optional[Portal] = None
         shared: Optional[Portal] = None
         if portal is None:
@@ -212,7 +212,7 @@ class Client:
                 )
             )
             loop.bind(self._loop_thread, aio_loop, self._call_soon)
-            self._outbox = Outbox(self._async, self._call_soon, self._loop_thread, send_buffer_bytes)
+            self._outbox = ThreadOutbox(self._async, self._call_soon, self._loop_thread, send_buffer_bytes)
         except BaseException:
             if self._owner is not None:
                 self._owner.close()

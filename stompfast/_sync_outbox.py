@@ -25,7 +25,7 @@ log = logging.getLogger("stompfast")
 _FAST_MAX_MESSAGES = 10_000
 
 
-class Outbox:
+class ThreadOutbox:
     """The sync client's ordered queue of receipt-less frames, written by one drainer task in the loop.
 
     Calling threads ``put`` sends and acks; the first ``put`` into an idle queue

@@ -18,7 +18,7 @@ from ._client import AsyncClient
 from ._protocol import Message, OversizedMessage
 from ._subscription import AsyncSubscription, ThreadHandoff, WaitTimeout
 from ._sync_loop import SyncLoop, check_timeout, timeout_error
-from ._sync_outbox import Outbox
+from ._sync_outbox import ThreadOutbox
 from .errors import (
     ClientClosedError,
     ConfigurationError,
@@ -99,7 +99,7 @@ class Subscription:
         self,
         client: AsyncClient,
         loop: SyncLoop,
-        outbox: Outbox,
+        outbox: ThreadOutbox,
         sub: AsyncSubscription,
         worker: Optional["CallbackWorker"] = None,
     ) -> None:

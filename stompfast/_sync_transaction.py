@@ -7,7 +7,7 @@ from typing import Any, Optional, Union
 
 from ._protocol import Message
 from ._sync_loop import SyncLoop, check_timeout, timeout_error
-from ._sync_outbox import Outbox
+from ._sync_outbox import ThreadOutbox
 from ._transaction import AsyncTransaction
 from .errors import ReceiptTimeout, StompTimeout
 
@@ -19,7 +19,7 @@ class Transaction:
     block ends normally or ABORT when it raises.
     """
 
-    def __init__(self, loop: SyncLoop, outbox: Outbox, tx: AsyncTransaction, timeout: Optional[float]) -> None:
+    def __init__(self, loop: SyncLoop, outbox: ThreadOutbox, tx: AsyncTransaction, timeout: Optional[float]) -> None:
         self._loop = loop
         self._outbox = outbox  # the client's receipt-less sends, written before this transaction's
         self._async = tx

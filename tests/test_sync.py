@@ -51,7 +51,7 @@ from stompfast import (
     TransactionError,
 )
 from stompfast._sync_loop import SyncLoop
-from stompfast._sync_outbox import Outbox
+from stompfast._sync_outbox import ThreadOutbox
 from stompfast.testing import Broker
 
 pytestmark = [pytest.mark.timeout(30)]
@@ -1304,7 +1304,7 @@ def test_a_queued_send_that_cannot_be_encoded_loses_nothing_after_it(client, bro
     # in the drainer (a failover to a broker of another STOMP version) must not take
     # the sends queued after it down with it: they are written, and a later call (the
     # first one after the drainer met it) reports the one that was not, once.
-    monkeypatch.setattr(Outbox, "_check_queued", lambda self, *a, **k: None)  # let it reach the drainer
+    monkeypatch.setattr(ThreadOutbox, "_check_queued", lambda self, *a, **k: None)  # let it reach the drainer
     accepted, reported = [], []
     with client.subscribe("/queue/q") as sub:
         for body in (b"1", b"bad", b"2", b"3", b"4", b"5"):
