@@ -28,7 +28,8 @@ def body_bytes(body: Any, content_type: Optional[str]) -> Tuple[bytes, Optional[
         return body, content_type
     if isinstance(body, str):
         return body.encode("utf-8"), TEXT_CONTENT_TYPE if content_type is None else content_type
-    if isinstance(body, (bytes, bytearray, memoryview)):  # (bytes subclasses too)
+    # Bytes subclasses too
+    if isinstance(body, (bytes, bytearray, memoryview)):
         return bytes(body), content_type
     raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
 

@@ -75,13 +75,15 @@ class Endpoint:
         virtual_host: Optional[str] = "/",
         path: str = "/",
     ) -> None:
-        self.scheme = scheme  # "tcp", "ssl", "ws" or "wss"
+        # "tcp", "ssl", "ws" or "wss"
+        self.scheme = scheme
         self.host = host
         self.port = port
         self.login = login
         self.passcode = passcode
         self.virtual_host = virtual_host
-        self.path = path  # WebSocket only: the HTTP path (and query) of the upgrade request
+        # WebSocket only: the HTTP path (and query) of the upgrade request
+        self.path = path
 
     @property
     def tls(self) -> bool:
@@ -133,7 +135,8 @@ def parse_url(url: str) -> Endpoint:
     shown = redact_url(url)
     try:
         parts = urlsplit(url)
-    except ValueError:  # an unbalanced [ or ]: urllib's message would not say where
+    # An unbalanced [ or ]: urllib's message would not say where
+    except ValueError:
         raise ConfigurationError(
             f"cannot parse broker URL {shown!r}: a [ or ] outside an IPv6 address"
             " (percent-encode one in a login or passcode: %5B, %5D)"
@@ -234,7 +237,8 @@ def _parse_failover(text: str) -> "tuple[list[Endpoint], dict[str, Any]]":
     shown = redact_url(text)
     query = ""
     if body.startswith("("):
-        end = body.rfind(")")  # the last one: a passcode may hold a ")"
+        # The last one: a passcode may hold a ")"
+        end = body.rfind(")")
         if end < 0:
             raise ConfigurationError(f"unbalanced parenthesis in {shown!r}")
         inner, rest = body[1:end], body[end + 1 :]
@@ -242,7 +246,8 @@ def _parse_failover(text: str) -> "tuple[list[Endpoint], dict[str, Any]]":
             if not rest.startswith("?"):
                 raise ConfigurationError(f"unexpected text after the URL list in {shown!r}")
             query = rest[1:]
-    else:  # failover:url1,url2 (no parentheses, no options)
+    # failover:url1,url2 (no parentheses, no options)
+    else:
         inner = body
     urls = [u.strip() for u in inner.split(",") if u.strip()]
     if not urls:
@@ -253,7 +258,8 @@ def _parse_failover(text: str) -> "tuple[list[Endpoint], dict[str, Any]]":
             f"ambiguous failover URL list {shown!r}: an item does not start with scheme://, as when"
             " a login or passcode holds a ','; percent-encode it (%2C)"
         )
-    endpoints = [parse_url(u) for u in urls]  # ActiveMQ's tcp:// is accepted as stomp://
+    # ActiveMQ's tcp:// is accepted as stomp://
+    endpoints = [parse_url(u) for u in urls]
     options: "dict[str, Any]" = {}
     for pair in filter(None, query.split("&")):
         name, _, value = pair.partition("=")

@@ -95,7 +95,8 @@ class Message:
     __slots__ = (
         "frame", "subscription", "message_id", "ack_id", "session", "owner", "seq", "sync", "settled", "__weakref__"
     )
-    sync: Any  # (a slot, never set by __init__: only on what the blocking client hands out)
+    # A slot, never set by __init__: only on what the blocking client hands out
+    sync: Any
     #: True for a message over ``max_frame_bytes`` that was skipped unread
     #: (:class:`OversizedMessage`): its ``body`` and ``text`` raise, ``ack()`` and ``nack()`` work.
     oversized = False

@@ -81,12 +81,18 @@ ACK_MODES = ("auto", "client", "client-individual")
 
 
 class SessionState(enum.Enum):
-    IDLE = "idle"  # nothing sent yet
-    CONNECTING = "connecting"  # CONNECT (or STOMP) sent, waiting for CONNECTED
-    CONNECTED = "connected"  # the session is up
-    DISCONNECTING = "disconnecting"  # DISCONNECT sent, waiting for its RECEIPT
-    CLOSED = "closed"  # DISCONNECT confirmed, or the connection ended
-    FAILED = "failed"  # ERROR received or a protocol fault: the connection is unusable
+    # Nothing sent yet
+    IDLE = "idle"
+    # CONNECT (or STOMP) sent, waiting for CONNECTED
+    CONNECTING = "connecting"
+    # The session is up
+    CONNECTED = "connected"
+    # DISCONNECT sent, waiting for its RECEIPT
+    DISCONNECTING = "disconnecting"
+    # DISCONNECT confirmed, or the connection ended
+    CLOSED = "closed"
+    # ERROR received or a protocol fault: the connection is unusable
+    FAILED = "failed"
 
     # Enum's own __hash__ is a Python function (hash of the name); members are
     # singletons compared by identity, so the C identity hash is equivalent and
@@ -279,17 +285,20 @@ class StompProtocol:
         self.routing_headers = routing_headers
         #: the broker named by CONNECTED's server header (broker_of), once connected
         self.broker: Optional[str] = None
-        self._routing = False  # routing_headers, and the broker is Artemis
+        # routing_headers, and the broker is Artemis
+        self._routing = False
         self.state = SessionState.IDLE
         self._send_heads: Dict[Tuple[str, Optional[str]], bytes] = {}
-        self._plain_heads: Dict[str, bytes] = {}  # the heads of send_plain, by destination
+        # The heads of send_plain, by destination
+        self._plain_heads: Dict[str, bytes] = {}
         self._last_length = -1
         self._length_line = b""
         self.version: Optional[str] = None
         self.server: Optional[str] = None
         self.session: Optional[str] = None
         self.heart_beat: Tuple[int, int] = (0, 0)
-        self._wire_version = "1.0"  # the escaping rules of what we send (see ESCAPING_ON_1_0)
+        # The escaping rules of what we send (see ESCAPING_ON_1_0)
+        self._wire_version = "1.0"
         self._ack_header = False
         # Before negotiation, header values are read with 1.0 rules and CONNECTED
         # is never unescaped anyway.
@@ -300,10 +309,13 @@ class StompProtocol:
             max_header_bytes=max_header_bytes,
             skip_oversized=skip_oversized,
         )
-        self._skipped = 0  # the scanner's count of SkippedFrames already made OversizedMessages
+        # The scanner's count of SkippedFrames already made OversizedMessages
+        self._skipped = 0
         self._receipts = 0
-        self._subscriptions: Dict[str, str] = {}  # id -> ack mode
-        self._durable: Dict[str, str] = {}  # id -> durable name, for the durable ones
+        # Id -> ack mode
+        self._subscriptions: Dict[str, str] = {}
+        # Id -> durable name, for the durable ones
+        self._durable: Dict[str, str] = {}
         self._next_sub = 0
         self._next_tx = 0
         self._transactions: Set[str] = set()
@@ -390,7 +402,8 @@ class StompProtocol:
         for name, value in self.connect_headers.items():
             headers.setdefault(name, value)
         command = "STOMP" if self.use_stomp_command else "CONNECT"
-        data = encode_frame(command, headers, b"", "1.2")  # CONNECT is never escaped on any version
+        # CONNECT is never escaped on any version
+        data = encode_frame(command, headers, b"", "1.2")
         self._move("CONNECT")
         return data
 
@@ -413,19 +426,22 @@ class StompProtocol:
             # (destination, content-type, receipt, content-length).
             try:
                 head = self._send_heads.get((destination, content_type))
-            except TypeError:  # unhashable: not a str either
+            # Unhashable: not a str either
+            except TypeError:
                 check_destination(destination)
                 raise
             if head is None:
                 head = self._send_head(destination, content_type)
             receipt_id = None
-            if receipt:  # receipt ids are "r<n>": nothing to escape
+            # Receipt ids are "r<n>": nothing to escape
+            if receipt:
                 self._receipts += 1
                 receipt_id = "r%d" % self._receipts
                 head = b"%sreceipt:r%d\n" % (head, self._receipts)
             if body:
                 n = len(body)
-                if n != self._last_length:  # messages of one size in a row reuse the line
+                # Messages of one size in a row reuse the line
+                if n != self._last_length:
                     self._last_length = n
                     self._length_line = b"content-length:%d\n\n" % n
                 return b"".join((head, self._length_line, body, b"\0")), receipt_id
@@ -498,7 +514,8 @@ class StompProtocol:
             self._check("SEND")
         try:
             head = self._plain_heads.get(destination)
-        except TypeError:  # unhashable: not a str either
+        # Unhashable: not a str either
+        except TypeError:
             check_destination(destination)
             raise
         if head is None:
@@ -512,12 +529,14 @@ class StompProtocol:
         return head + b"\n\0"
 
     def _send_head(self, destination: str, content_type: Optional[str]) -> bytes:
-        check_destination(destination)  # (here, on a cache miss only: the hot path pays nothing)
+        # Here, on a cache miss only: the hot path pays nothing
+        check_destination(destination)
         h = {"destination": destination}
         if content_type is not None:
             h["content-type"] = content_type
         self._add_routing(h, "destination-type", destination)
-        head = self._encode("SEND", h)[:-2]  # "SEND\n...\n" without the blank line and NUL
+        # "SEND\n...\n" without the blank line and NUL
+        head = self._encode("SEND", h)[:-2]
         if len(self._send_heads) >= _SEND_HEADS_MAX:
             self._send_heads.clear()
             self._plain_heads.clear()
@@ -686,7 +705,8 @@ class StompProtocol:
         if "ACK" not in self._allowed:
             self._check("ACK")
         h = self.ack_headers("ACK", message, transaction)
-        message.claim_settle("ACK")  # after every refusal: a refused ACK leaves it unsettled
+        # After every refusal: a refused ACK leaves it unsettled
+        message.claim_settle("ACK")
         receipt_id = self._finish(h, receipt)
         return self._encode("ACK", h), receipt_id
 
@@ -710,7 +730,8 @@ class StompProtocol:
                     message.claim_settle("ACK")
                 message.settled = "ACK"
                 if "\\" in ack_id or ":" in ack_id or "\n" in ack_id or "\r" in ack_id:
-                    ack_id = _escape_12(ack_id)  # ActiveMQ's ids hold ':'
+                    # ActiveMQ's ids hold ':'
+                    ack_id = _escape_12(ack_id)
                 return b"ACK\nid:%s\n\n\0" % ack_id.encode("utf-8")
         if "ACK" not in self._allowed:
             self._check("ACK")
@@ -803,13 +824,16 @@ class StompProtocol:
                 are not lost: they are in ``events`` on the exception.
         """
         if self._state is SessionState.FAILED:
-            return []  # after ERROR (or a fault) nothing the broker sends counts
+            # After ERROR (or a fault) nothing the broker sends counts
+            return []
         try:
             frames = self._scanner.feed(data)
         except RemoteProtocolError as exc:
-            events = self._events(exc.frames)  # raises on its own fault, with its events
+            # Raises on its own fault, with its events
+            events = self._events(exc.frames)
             if events and type(events[-1]) is ErrorReceived:
-                return events  # the fault came after the broker's ERROR: ignored
+                # The fault came after the broker's ERROR: ignored
+                return events
             self.state = SessionState.FAILED
             exc.events = events  # type: ignore[attr-defined]
             raise
@@ -849,7 +873,8 @@ class StompProtocol:
         for frame in frames:
             command = frame[0]
             if command == "MESSAGE":
-                state = self._state  # not the property: this runs once per message
+                # Not the property: this runs once per message
+                state = self._state
                 if state is not connected and state is not disconnecting:
                     self._move("<MESSAGE")
                 headers = frame[1]
@@ -867,7 +892,8 @@ class StompProtocol:
                     )
                 )
             elif command == "RECEIPT":
-                if self._state is not connected:  # CONNECTED stays CONNECTED
+                # CONNECTED stays CONNECTED
+                if self._state is not connected:
                     self._move("<RECEIPT")
                 receipt_id = frame[1].get("receipt-id")
                 if receipt_id is None:
@@ -886,7 +912,8 @@ class StompProtocol:
                     continue
                 self._move("<ERROR")
                 append(ErrorReceived(self._server_error(frame, connecting)))
-                return  # the connection ends here: later frames are ignored
+                # The connection ends here: later frames are ignored
+                return
             else:
                 raise RemoteProtocolError(f"the broker sent a {command} frame, which only clients send")
 
@@ -899,7 +926,8 @@ class StompProtocol:
                 f"the broker chose STOMP {version}, which we did not offer ({', '.join(self.versions)})"
             )
         self.version = version
-        self._ack_header = version == "1.2"  # STOMP 1.2 acks name the MESSAGE's ack header
+        # STOMP 1.2 acks name the MESSAGE's ack header
+        self._ack_header = version == "1.2"
         self.server = headers.get("server")
         self.broker = broker_of(self.server)
         self._routing = self.routing_headers and self.broker == "artemis"

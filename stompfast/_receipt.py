@@ -54,7 +54,8 @@ class Receipt:
                 try:
                     await waiter
                 finally:
-                    if not self._done:  # cancelled: forget this waiter only
+                    # Cancelled: forget this waiter only
+                    if not self._done:
                         waiters.remove(waiter)
             else:
                 event = anyio.Event()

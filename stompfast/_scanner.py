@@ -19,7 +19,8 @@ else:
         from ._scanner_c import FrameScanner, encode_frame
 
         IMPLEMENTATION = "c"
-    except ImportError:  # a pure build (STOMPFAST_NO_EXTENSIONS at install time)
+    # A pure build (STOMPFAST_NO_EXTENSIONS at install time)
+    except ImportError:
         from ._scanner_py import FrameScanner, encode_frame
 
         IMPLEMENTATION = "python"

@@ -72,7 +72,8 @@ _UNESCAPE = {
 
 def _escape(text: str, ver: int) -> str:
     """Escape a 1.1/1.2 name or value (``str.replace`` beats ``str.translate`` here)."""
-    if "\\" in text:  # first, so that the backslashes added below stay single
+    # First, so that the backslashes added below stay single
+    if "\\" in text:
         text = text.replace("\\", "\\\\")
     if "\n" in text:
         text = text.replace("\n", "\\n")
@@ -83,15 +84,18 @@ def _escape(text: str, ver: int) -> str:
     return text
 
 _ESCAPE_SEQ = re.compile(r"\\.?", re.S)
-_PAD = " \t"  # STOMP 1.0 peers pad names and values with these
+# STOMP 1.0 peers pad names and values with these
+_PAD = " \t"
 #: what the scanning methods read: the caller's bytes, or the scanner's own growing buffer
 _Buf = Union[bytes, bytearray]
 if TYPE_CHECKING:
     #: a parsed head: ``(command, headers, repeats, body_start, content_length)`` (see ``frames``)
     _Head = Tuple[str, Dict[str, str], Optional[List[Tuple[str, str]]], int, int]
-_SKIPPABLE = b"\n\r "  # bytes that may begin an empty line before a frame (the space only when lenient)
+# Bytes that may begin an empty line before a frame (the space only when lenient)
+_SKIPPABLE = b"\n\r "
 _split = str.split
-_COLONS = repeat(":")  # endless: shared by every map() below
+# Endless: shared by every map() below
+_COLONS = repeat(":")
 _ONES = repeat(1)
 
 
@@ -204,20 +208,29 @@ class FrameScanner:
         self._max_header_bytes = _limit("max_header_bytes", max_header_bytes, DEFAULT_MAX_HEADER_BYTES)
         self._lenient = bool(lenient)
         self._skip = bool(skip_oversized)
-        self._skipping: Optional[SkippedFrame] = None  # the MESSAGE whose body is being counted off
-        self._skip_left = 0  # body bytes of it still to come
+        # The MESSAGE whose body is being counted off
+        self._skipping: Optional[SkippedFrame] = None
+        # Body bytes of it still to come
+        self._skip_left = 0
         self._skipped = 0
         self._buf = bytearray()
-        self._base = 0  # stream offset of _buf[0]
-        self._failed: Optional[Tuple[str, Optional[int]]] = None  # (message, offset) of the fault
+        # Stream offset of _buf[0]
+        self._base = 0
+        # (message, offset) of the fault
+        self._failed: Optional[Tuple[str, Optional[int]]] = None
         self._reset_frame()
 
     def _reset_frame(self) -> None:
-        self._in_frame = False  # past the EOLs that may precede a frame
-        self._scan = 0  # where the next delimiter search starts, relative to the frame
-        self._checked = 0  # head bytes already checked for early faults
-        self._lfs = 0  # LFs among them
-        self._cmd_done = False  # the command line was complete and valid
+        # Past the EOLs that may precede a frame
+        self._in_frame = False
+        # Where the next delimiter search starts, relative to the frame
+        self._scan = 0
+        # Head bytes already checked for early faults
+        self._checked = 0
+        # LFs among them
+        self._lfs = 0
+        # The command line was complete and valid
+        self._cmd_done = False
         self._head: Optional[_Head] = None
 
     @property
@@ -303,7 +316,8 @@ class FrameScanner:
             # scanner (and its owner) in a reference cycle. Give the buffer back:
             # a failed scanner reads nothing more.
             self._failed = (str(exc), exc.offset)
-            del buf[:]  # (the traceback's frames hold it too)
+            # The traceback's frames hold it too
+            del buf[:]
             self._buf = bytearray()
             raise
         if consumed:
@@ -336,7 +350,8 @@ class FrameScanner:
         """
         n = len(buf)
         pos = 0
-        if self._skipping is not None:  # once per feed, not per frame
+        # Once per feed, not per frame
+        if self._skipping is not None:
             pos = self._skip_body(buf, 0, n, frames)
             if self._skipping is not None:
                 return pos
@@ -354,13 +369,15 @@ class FrameScanner:
                         return pos
                     if buf[pos] in _SKIPPABLE:
                         pos, ready = self._skip_eols(buf, pos, n)
-                        if not ready:  # all consumed, or an empty line awaiting its LF
+                        # All consumed, or an empty line awaiting its LF
+                        if not ready:
                             return pos
                 if fast:
                     j = buf.find(b"\n\n", pos + self._scan, n)
                     if j >= 0:
                         head = self._fast_head(buf, pos, j)
-                if head is None:  # a CR, an escape, a fault, 1.0 or lenient rules: the general path
+                # A CR, an escape, a fault, 1.0 or lenient rules: the general path
+                if head is None:
                     self._in_frame = True
                     found = self._find_head_end(buf, pos, n)
                     if found is None:
@@ -369,7 +386,8 @@ class FrameScanner:
                     hend, body_start = found
                     self._check_head(buf, pos, body_start, True)
                     head = self._parse_head(buf, pos, hend, body_start)
-                    if self._skipping is not None:  # (only this path parses an oversized head)
+                    # Only this path parses an oversized head
+                    if self._skipping is not None:
                         self._reset_frame()
                         pos = self._skip_body(buf, pos + head[3], n, frames)
                         if self._skipping is not None:
@@ -379,7 +397,8 @@ class FrameScanner:
             start = pos + body_start
             if length >= 0:
                 end = start + length
-                if end >= n:  # the NUL after the body is not here yet
+                # The NUL after the body is not here yet
+                if end >= n:
                     self._head = head
                     self._in_frame = True
                     return pos
@@ -461,7 +480,8 @@ class FrameScanner:
                     pos = j + 1
                     continue
                 if lenient:
-                    return pos, True  # the spaces begin the command line
+                    # The spaces begin the command line
+                    return pos, True
                 raise self._fault(pos, "CR not followed by LF between frames")
             return pos, True
         return pos, False
@@ -469,7 +489,8 @@ class FrameScanner:
     def _find_head_end(self, buf: _Buf, start: int, n: int) -> Optional[Tuple[int, int]]:
         """Find the blank line ending the head: ``(LF ending the last line, body start)``."""
         scan = start + self._scan
-        if self._lenient:  # LF, any spaces and CRs, LF
+        # LF, any spaces and CRs, LF
+        if self._lenient:
             i = scan
             while True:
                 i = buf.find(b"\n", i, n)
@@ -491,7 +512,8 @@ class FrameScanner:
             return k, k + 3
         if j >= 0:
             return j, j + 2
-        self._scan = max(n - 2, scan) - start  # a terminator may straddle the next chunk
+        # A terminator may straddle the next chunk
+        self._scan = max(n - 2, scan) - start
         return None
 
     def _command(self, line: bytes) -> Optional[str]:
@@ -519,7 +541,8 @@ class FrameScanner:
         if nul >= 0:
             faults.append((nul, 0, self._fault(nul, "NUL before the end of the headers: the frame was cut short")))
         if not self._cmd_done:
-            lf = buf.find(b"\n", c0, end)  # not before c0: those bytes held no LF
+            # Not before c0: those bytes held no LF
+            lf = buf.find(b"\n", c0, end)
             if lf >= 0:
                 if self._command(bytes(buf[start:lf])) is None:
                     line = bytes(buf[start : min(lf, start + 40)])
@@ -576,7 +599,8 @@ class FrameScanner:
             return None
         try:
             headers = dict(map(_split, islice(lines, 1, None), _COLONS, _ONES))
-        except ValueError:  # a line without ':'
+        # A line without ':'
+        except ValueError:
             return None
         if len(headers) != len(lines) - 1 or "" in headers:
             return None
@@ -593,7 +617,8 @@ class FrameScanner:
                         if joined is None:
                             return None
                         value = joined
-                    else:  # every backslash starts \n, \c or (1.2) \r
+                    # Every backslash starts \n, \c or (1.2) \r
+                    else:
                         value = value.replace("\\c", ":").replace("\\n", "\n")
                         if ver == 12:
                             value = value.replace("\\r", "\r")
@@ -601,7 +626,8 @@ class FrameScanner:
                             return None
                     headers[name] = value
             if seen != text.count("\\"):
-                return None  # an escaped name: rare, and may collide after unescaping
+                # An escaped name: rare, and may collide after unescaping
+                return None
         length = -1
         declared = headers.get("content-length")
         if declared is not None:

@@ -91,7 +91,8 @@ class Inlet:
         self.space: Optional[Any] = None
         self.closed = False
         self.error: Optional[BaseException] = None
-        self.seq = 0  # messages delivered
+        # Messages delivered
+        self.seq = 0
         #: the receipt id of a SUBSCRIBE sent and not yet confirmed: the reader confirms it with the
         #: subscription's first MESSAGE too (see Inbox._confirm_by_message)
         self.confirming: Optional[str] = None
@@ -184,10 +185,12 @@ class AsyncSubscription:
         durable: Optional[str] = None,
     ) -> None:
         self._ops = ops
-        self._queue_ack = ops.queue_ack  # (bound once: the per-ack call skips a hop)
+        # Bound once: the per-ack call skips a hop
+        self._queue_ack = ops.queue_ack
         self._live = ops.live
         inlet = self._inlet = Inlet(self, destination, ack, headers, buffer_size, receipt, id, durable)
-        self._buffer = inlet.messages  # the same deque: the hot paths skip a hop
+        # The same deque: the hot paths skip a hop
+        self._buffer = inlet.messages
         self._pause_at = inlet.pause_at
         self.destination = destination
         self.ack_mode = ack
@@ -195,7 +198,8 @@ class AsyncSubscription:
         self.buffer_size = buffer_size
         #: the name of a durable subscription (``subscribe(..., durable=name)``), or None
         self.durable = durable
-        self._acked = 0  # client mode: every message up to this one is acknowledged
+        # Client mode: every message up to this one is acknowledged
+        self._acked = 0
 
     @property
     def id(self) -> Optional[str]:
@@ -371,7 +375,8 @@ class AsyncSubscription:
             and self.ack_mode != "auto"
             and message.ack_id is not None
         ):
-            return  # the common case, a message of the live session (one test instead of building the ACK)
+            # The common case, a message of the live session (one test instead of building the ACK)
+            return
         self._ops.check_ack(message, self._inlet)
 
     def handoff(
@@ -387,7 +392,8 @@ class AsyncSubscription:
         still runs (a thread waiting for a message checks it every second).
         """
         handoff = ThreadHandoff(self._inlet, call_soon, loop_alive)
-        self._inlet.ready = handoff  # the reader's set() now wakes threads
+        # The reader's set() now wakes threads
+        self._inlet.ready = handoff
         return handoff
 
     def __repr__(self) -> str:
@@ -429,9 +435,11 @@ class ThreadHandoff:
         self._loop_alive = loop_alive
         self._buffer = sub.messages
         self._cond = threading.Condition(threading.Lock())
-        self._waiting = 0  # threads inside wait(): only then does set() take the lock
+        # Threads inside wait(): only then does set() take the lock
+        self._waiting = 0
         self._call_soon = call_soon
-        self._waking = False  # a _resume_reader is scheduled and has not run yet
+        # A _resume_reader is scheduled and has not run yet
+        self._waking = False
 
     # -- loop side: the subscription's "ready" event -----------------------------------
 
@@ -477,9 +485,11 @@ class ThreadHandoff:
         try:
             for _ in range(min(max_messages - 1, len(buffer))):
                 batch.append(popleft())
-        except IndexError:  # another thread took them first
+        # Another thread took them first
+        except IndexError:
             pass
-        except BaseException:  # an interrupt (KeyboardInterrupt) mid-batch: put them back, in order
+        # An interrupt (KeyboardInterrupt) mid-batch: put them back, in order
+        except BaseException:
             buffer.extendleft(reversed(batch))
             raise
         if self._sub.space is not None:
@@ -493,13 +503,15 @@ class ThreadHandoff:
         sub, buffer = self._sub, self._buffer
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            self._waiting += 1  # before the buffer is looked at again: set() cannot be missed
+            # Before the buffer is looked at again: set() cannot be missed
+            self._waiting += 1
             try:
                 while True:
                     if buffer:
                         try:
                             return buffer.popleft()
-                        except IndexError:  # taken by a thread that did not wait
+                        # Taken by a thread that did not wait
+                        except IndexError:
                             continue
                     if sub.closed:
                         break
@@ -526,7 +538,8 @@ class ThreadHandoff:
             self._waking = True
             try:
                 self._call_soon(self._resume_reader)
-            except RuntimeError:  # the loop is gone: nothing is reading any more
+            # The loop is gone: nothing is reading any more
+            except RuntimeError:
                 self._waking = False
 
     def _resume_reader(self) -> None:

@@ -170,11 +170,13 @@ class Client:
         self._lock = threading.Lock()
         self._connected = False
         self._callback_workers: Set[CallbackWorker] = set()
-        self._outstanding: Set[ReceiptFuture] = set()  # pipelined receipts not settled yet (loop only)
+        # Pipelined receipts not settled yet (loop only)
+        self._outstanding: Set[ReceiptFuture] = set()
         # Sends without a receipt: queued here by the calling threads, written by one
         # drain task per burst (one thread crossing per burst, not per message).
         # ``self._outbox.closed`` is this client's closed flag.
-        self._outbox: ThreadOutbox  # receipt-less sends and acks, written by one drainer per burst
+        # Receipt-less sends and acks, written by one drainer per burst
+        self._outbox: ThreadOutbox
         self._owner: Optional[Portal] = None
         shared: Optional[Portal] = None
         if portal is None:
@@ -195,10 +197,12 @@ class Client:
                 f"portal must be a stompfast.Portal or an anyio BlockingPortal, not {portal!r}"
             )
         self._portal = blocking
-        self._loop = loop = SyncLoop(blocking)  # calling into the loop
+        # Calling into the loop
+        self._loop = loop = SyncLoop(blocking)
         # (the loop's thread and call_soon, known once in it: kept here too for send's hot path)
         self._loop_thread: Optional[threading.Thread] = None
-        self._call_soon: Callable[[Callable[[], Any]], Any]  # runs fn() in the loop, from any thread
+        # Runs fn() in the loop, from any thread
+        self._call_soon: Callable[[Callable[[], Any]], Any]
         self._async: AsyncClient
         build = functools.partial(AsyncClient, url, **options)
         try:
@@ -219,7 +223,8 @@ class Client:
             raise
         self._life = ClientLifetime(blocking, self._closing, self._owner, shared)
         self._finalizer = weakref.finalize(self, self._life.abandon)
-        self._finalizer.atexit = False  # at exit the daemon threads simply end with the process
+        # At exit the daemon threads simply end with the process
+        self._finalizer.atexit = False
 
     # -- properties -----------------------------------------------------------------------
 
@@ -349,7 +354,8 @@ class Client:
                 return
             outbox.closed = True
             for worker in self._callback_workers:
-                worker.stopping = True  # what a callback thread took but did not deliver yet is dropped
+                # What a callback thread took but did not deliver yet is dropped
+                worker.stopping = True
         # One budget for the whole close: what the queued sends used of it is not
         # waited for again on the DISCONNECT receipt.
         remaining = deadline - time.monotonic()
@@ -416,14 +422,17 @@ class Client:
         if not receipt:
             self._outbox.queue_send(destination, body, headers, content_type, timeout)
             return None
-        self._outbox.wait_written(timeout)  # keep the order of sends made from this client
+        # Keep the order of sends made from this client
+        self._outbox.wait_written(timeout)
 
-        def on_timeout() -> BaseException:  # built only when it happens (this is the hot path)
+        # Built only when it happens (this is the hot path)
+        def on_timeout() -> BaseException:
             return ReceiptTimeout(f"no RECEIPT for the SEND to {destination!r} within {timeout:g} s", timeout=timeout)
 
         if wait:
             confirmed = self._send_and_wait(destination, body, headers, content_type, timeout, on_timeout)
-            if confirmed is None:  # it would have had to wait in the loop (reconnecting, buffer full): a task
+            # It would have had to wait in the loop (reconnecting, buffer full): a task
+            if confirmed is None:
                 send = functools.partial(
                     self._async.send, destination, body, headers=headers, content_type=content_type, receipt=True
                 )
@@ -455,7 +464,8 @@ class Client:
         if direct is not None:
             return self._receipt_when_done(handover, timeout, on_timeout)
 
-        def start() -> None:  # in the loop
+        # In the loop
+        def start() -> None:
             try:
                 receipt = client.send_nowait(
                     destination, body, headers=headers, content_type=content_type, receipt=True

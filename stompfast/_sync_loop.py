@@ -72,8 +72,10 @@ async def bounded(
         return await fn()
     with anyio.CancelScope(deadline=anyio.current_time() + timeout):
         return await fn()
-    assert on_timeout is not None  # (a timeout comes with its error)
-    raise on_timeout()  # reached only when our deadline cancelled fn
+    # A timeout comes with its error
+    assert on_timeout is not None
+    # Reached only when our deadline cancelled fn
+    raise on_timeout()
 
 
 def timeout_error(
@@ -123,7 +125,8 @@ class Portal:
         self._portal: Optional[BlockingPortal] = None
         self._thread: Optional[threading.Thread] = None
         self._closed = False
-        self._lives: Set["ClientLifetime"] = set()  # connected clients, closed cleanly by close()
+        # Connected clients, closed cleanly by close()
+        self._lives: Set["ClientLifetime"] = set()
 
     def __enter__(self) -> "Portal":
         return self.start()
@@ -173,7 +176,8 @@ class Portal:
 
         try:
             anyio.run(serve, backend=self.backend, backend_options=self.backend_options)
-        except BaseException as exc:  # the loop could not start, or died
+        # The loop could not start, or died
+        except BaseException as exc:
             if ready.done():
                 log.exception("the event loop of %r ended with an error", self)
                 return
@@ -208,7 +212,8 @@ class Portal:
             return
         try:
             portal.call(portal.stop, True)
-        except RuntimeError:  # stopped already
+        # Stopped already
+        except RuntimeError:
             pass
         thread.join()
 
@@ -245,8 +250,10 @@ class SyncLoop:
         self.portal = portal
         self.thread_id: Optional[int] = None
         self.thread: Optional[threading.Thread] = None
-        self.aio_loop: Any = None  # the asyncio loop the portal runs (None on trio)
-        self.call_soon: Callable[[Callable[[], Any]], Any]  # runs fn() in the loop, from any thread
+        # The asyncio loop the portal runs (None on trio)
+        self.aio_loop: Any = None
+        # Runs fn() in the loop, from any thread
+        self.call_soon: Callable[[Callable[[], Any]], Any]
 
     def bind(self, thread: threading.Thread, aio_loop: Any, call_soon: Callable[[Callable[[], Any]], Any]) -> None:
         """Record what a first call found in the loop (its thread, asyncio loop, ``call_soon``)."""
@@ -258,7 +265,8 @@ class SyncLoop:
     def spawn(self, fn: Callable[..., Any], *args: Any) -> "concurrent.futures.Future[Any]":
         try:
             return self.portal.start_task_soon(fn, *args)
-        except RuntimeError as exc:  # the portal is stopped, or we are on its own thread
+        # The portal is stopped, or we are on its own thread
+        except RuntimeError as exc:
             if self.thread_id == threading.get_ident():
                 raise RuntimeError(
                     "a sync Client cannot be called from its own event loop thread; use AsyncClient there"
@@ -274,7 +282,8 @@ class SyncLoop:
         except concurrent.futures.CancelledError:
             raise ClientClosedError("the client's event loop stopped while waiting") from None
         except BaseException:
-            if not future.done():  # interrupted here (KeyboardInterrupt): cancel the wait in the loop too
+            # Interrupted here (KeyboardInterrupt): cancel the wait in the loop too
+            if not future.done():
                 (task or future).cancel()
             raise
 
@@ -306,7 +315,8 @@ class SyncLoop:
         coro = bounded(fn, timeout, on_timeout)
         try:
             future = asyncio.run_coroutine_threadsafe(coro, loop)
-        except RuntimeError:  # the loop closed just now
+        # The loop closed just now
+        except RuntimeError:
             coro.close()
             raise ClientClosedError("the client is closed (its event loop has stopped)") from None
         return self.wait_on_loop(future, loop)
@@ -321,15 +331,18 @@ class SyncLoop:
                 raise ClientClosedError("the client's event loop stopped while waiting") from None
             except BaseException as exc:
                 if future.done():
-                    raise  # the call's own outcome (its timeouts included)
+                    # The call's own outcome (its timeouts included)
+                    raise
                 # Only this wait's check interval. Before Python 3.11 the interval's timeout is
                 # concurrent.futures.TimeoutError, a class of its own, not the builtin.
                 if isinstance(exc, (TimeoutError, concurrent.futures.TimeoutError)):
-                    if loop.is_closed():  # the loop stopped before it ever ran the task
+                    # The loop stopped before it ever ran the task
+                    if loop.is_closed():
                         future.cancel()
                         raise ClientClosedError("the client's event loop stopped while waiting") from None
                     continue
-                future.cancel()  # interrupted here (KeyboardInterrupt): cancel the call in the loop too
+                # Interrupted here (KeyboardInterrupt): cancel the call in the loop too
+                future.cancel()
                 raise
 
 
@@ -360,7 +373,8 @@ async def host_connection(
             if timeout is not None:
                 scope.deadline = anyio.current_time() + timeout
             async with client:
-                if scope.cancel_called:  # the deadline passed just as CONNECTED came
+                # The deadline passed just as CONNECTED came
+                if scope.cancel_called:
                     raise _connect_timeout(client, timeout)
                 scope.deadline = math.inf
                 ready.set_result(None)
@@ -396,8 +410,10 @@ class ClientLifetime:
     ) -> None:
         self.portal = portal
         self.closing = closing
-        self.owner = owner  # the Portal the client started for itself
-        self.shared = shared  # the Portal it was given
+        # The Portal the client started for itself
+        self.owner = owner
+        # The Portal it was given
+        self.shared = shared
         self.host: Optional["concurrent.futures.Future[None]"] = None
 
     def close(self) -> None:
@@ -411,7 +427,8 @@ class ClientLifetime:
             self.portal.call(self.closing.set)
             host.result()
         except (RuntimeError, concurrent.futures.CancelledError):
-            pass  # the loop is gone (an anyio portal stopped first): nothing left to close
+            # The loop is gone (an anyio portal stopped first): nothing left to close
+            pass
 
     def abandon(self) -> None:
         """Finalizer of a Client dropped without close(): close it in a thread (GC can run anywhere)."""

@@ -45,16 +45,24 @@ class ThreadOutbox:
         self.queue: Deque[Tuple[Any, ...]] = deque()
         self.queued_bytes = 0
         self.lock = threading.Lock()
-        self.idle = threading.Condition(self.lock)  # notified when the queue is written out (or dropped)
-        self.active = False  # the drainer was woken for the queue and has not emptied it yet
-        self.wakeup: Optional[anyio.Event] = None  # (loop side) the drainer waits on it
-        self.ended = False  # the drainer has run and is gone
-        self.error: Optional[BaseException] = None  # what stopped the last drain, raised by the next call
-        self.closed = False  # the client is closed: nothing more is queued (set by Client.close)
+        # Notified when the queue is written out (or dropped)
+        self.idle = threading.Condition(self.lock)
+        # The drainer was woken for the queue and has not emptied it yet
+        self.active = False
+        # (loop side) the drainer waits on it
+        self.wakeup: Optional[anyio.Event] = None
+        # The drainer has run and is gone
+        self.ended = False
+        # What stopped the last drain, raised by the next call
+        self.error: Optional[BaseException] = None
+        # The client is closed: nothing more is queued (set by Client.close)
+        self.closed = False
         self._client = client
         self._send = client.send
-        self._check = client.check_send  # raises what the session's version cannot carry
-        self._limit_bytes = limit_bytes  # queued bytes beyond which a send waits (send_buffer_bytes)
+        # Raises what the session's version cannot carry
+        self._check = client.check_send
+        # Queued bytes beyond which a send waits (send_buffer_bytes)
+        self._limit_bytes = limit_bytes
         self._call_soon = call_soon
         self._loop_thread = loop_thread
 
@@ -68,7 +76,8 @@ class ThreadOutbox:
             self.active = True
         try:
             self._call_soon(self._wake)
-        except RuntimeError:  # the loop is gone
+        # The loop is gone
+        except RuntimeError:
             self._drop()
             raise ClientClosedError("the client is closed (its event loop has stopped)") from None
 
@@ -113,7 +122,8 @@ class ThreadOutbox:
         """
         if self.error is not None or self.closed:
             self._raise_error()
-        failed = self._client.error  # read across threads: set once, never cleared
+        # Read across threads: set once, never cleared
+        failed = self._client.error
         if failed is not None:
             raise copy_error(failed)
         if type(body) is not bytes and not isinstance(body, (str, bytearray, memoryview)):
@@ -170,7 +180,8 @@ class ThreadOutbox:
                 len(self.queue), timeout,
             )
         except StompError:
-            pass  # the connection failed: they could not be written; close anyway
+            # The connection failed: they could not be written; close anyway
+            pass
 
     def _raise_error(self) -> None:
         error, self.error = self.error, None
@@ -187,7 +198,8 @@ class ThreadOutbox:
             wakeup.set()
             return
         if not self.ended:
-            return  # the drainer has not started yet: it looks at ``active`` when it does
+            # The drainer has not started yet: it looks at ``active`` when it does
+            return
         # The drainer is gone (the connection's host task has ended): nothing will
         # write these; end the waits instead of leaving them for ever.
         with self.lock:
@@ -201,7 +213,8 @@ class ThreadOutbox:
     async def drainer(self) -> None:
         """(In the loop, for the life of the connection.) Write the queue out, woken once per burst."""
         self.wakeup = anyio.Event()
-        if self.active:  # woken before we were listening
+        # Woken before we were listening
+        if self.active:
             self.wakeup.set()
         try:
             while True:
@@ -236,9 +249,11 @@ class ThreadOutbox:
                     self.queued_bytes = 0
                 for i, (destination, body, headers, content_type) in enumerate(batch):
                     try:
-                        if destination is None:  # an ACK: (None, subscription, message, None)
+                        # An ACK: (None, subscription, message, None)
+                        if destination is None:
                             try:
-                                if not body.ack_nowait(headers):  # no await per ACK unless it must wait
+                                # No await per ACK unless it must wait
+                                if not body.ack_nowait(headers):
                                     await body.ack_message(headers)
                             except StaleMessageError:
                                 # its connection was lost after the ACK was queued: the
@@ -249,7 +264,8 @@ class ThreadOutbox:
                                 await send(destination, body, headers=headers, content_type=content_type)
                             except (LocalProtocolError, TypeError) as exc:
                                 if not self._unencodable(destination, headers, content_type):
-                                    raise  # the session refused it (its state): as any failure
+                                    # The session refused it (its state): as any failure
+                                    raise
                                 # checked when queued, so only a session of another version
                                 # (a failover) gets here: this frame cannot be written, the
                                 # rest can; the next call reports it
@@ -267,7 +283,8 @@ class ThreadOutbox:
                 self.queued_bytes = 0
                 self.active = False
                 if isinstance(exc, Exception):
-                    if dropped and hasattr(exc, "add_note"):  # Python 3.11+
+                    # Python 3.11+
+                    if dropped and hasattr(exc, "add_note"):
                         exc.add_note(f"{dropped} queued send(s) of this client were not written")
                     self.error = exc
                 self.idle.notify_all()

@@ -9,7 +9,9 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from concurrent.futures._base import FINISHED  # (the state of a finished future)
+
+# The state of a finished future
+from concurrent.futures._base import FINISHED
 from typing import Any, Awaitable, Callable, Iterable, List, Optional, Set
 
 import anyio
@@ -21,7 +23,8 @@ from ._sync_loop import bounded, check_timeout
 from .errors import ClientClosedError, ReceiptTimeout
 
 
-class ReceiptFuture(concurrent.futures.Future[str]):  # (its result: the receipt id)
+# Its result: the receipt id
+class ReceiptFuture(concurrent.futures.Future[str]):
     """A pending RECEIPT as a concurrent.futures.Future, from ``send(..., receipt=True, wait=False)``.
 
     ``result(timeout)`` returns the receipt id once the broker confirmed the
@@ -57,7 +60,8 @@ class ReceiptFuture(concurrent.futures.Future[str]):  # (its result: the receipt
         try:
             return super().result(check_timeout(timeout))
         except concurrent.futures.TimeoutError:
-            if self.done():  # the receipt's own error is a TimeoutError, or it came just now
+            # The receipt's own error is a TimeoutError, or it came just now
+            if self.done():
                 return super().result(0)
             raise ReceiptTimeout(
                 f"no RECEIPT {self.receipt_id!r} within {timeout:g} s",

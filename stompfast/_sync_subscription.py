@@ -105,11 +105,13 @@ class Subscription:
     ) -> None:
         self._client = client
         self._loop = loop
-        self._outbox = outbox  # where receipt-less ACKs are queued
+        # Where receipt-less ACKs are queued
+        self._outbox = outbox
         self._async = sub
         # Threads take the messages straight from the async buffer (no crossing into the loop)
         self._handoff = sub.handoff(loop.call_soon, loop.thread.is_alive)  # type: ignore[union-attr]
-        self._worker = worker  # the callback thread (with ``callback=``), or None
+        # The callback thread (with ``callback=``), or None
+        self._worker = worker
         if worker is not None:
             worker.attach(self, self._handoff, sub)
 
@@ -166,11 +168,13 @@ class Subscription:
             self._check_pull()
         try:
             message = self._handoff.take(None)
-        except ClientClosedError:  # the client's loop stopped under the wait: iteration ends
+        # The client's loop stopped under the wait: iteration ends
+        except ClientClosedError:
             message = None
         if message is None:
             raise StopIteration
-        message.__class__ = SyncMessage if message.__class__ is Message else SyncOversizedMessage  # (the same object)
+        # The same object
+        message.__class__ = SyncMessage if message.__class__ is Message else SyncOversizedMessage
         message.sync = self
         return message  # type: ignore[return-value]
 
@@ -218,7 +222,8 @@ class Subscription:
                 destination=self.destination,
                 timeout=timeout,
             ) from None
-        if not batch:  # closed without a failure (a failure was raised by take_batch)
+        # Closed without a failure (a failure was raised by take_batch)
+        if not batch:
             raise ClientClosedError(f"subscription {self.id!r} to {self.destination!r} is closed")
         for message in batch:
             message.__class__ = SyncMessage if message.__class__ is Message else SyncOversizedMessage
@@ -289,9 +294,11 @@ class Subscription:
         worker = self._worker
         if worker is not None:
             worker.stopping = True
-        budget = self._client.disconnect_timeout  # bounds the whole close, like the client's
+        # Bounds the whole close, like the client's
+        budget = self._client.disconnect_timeout
         deadline = time.monotonic() + budget
-        self._outbox.write_before_closing(budget)  # queued ACKs go out before the UNSUBSCRIBE
+        # Queued ACKs go out before the UNSUBSCRIBE
+        self._outbox.write_before_closing(budget)
         try:
             self._loop.call(
                 functools.partial(self._async.aclose, forget=forget),
@@ -371,9 +378,11 @@ class CallbackWorker:
                 try:
                     batch = handoff.take_batch(CALLBACK_BATCH, None)
                 except ClientClosedError:
-                    return  # the client was closed (its loop stopped)
+                    # The client was closed (its loop stopped)
+                    return
                 except StompError as exc:
-                    failure = exc  # the connection failed
+                    # The connection failed
+                    failure = exc
                     return
                 if not batch:
                     return
@@ -387,12 +396,14 @@ class CallbackWorker:
                         callback(message)  # type: ignore[arg-type]  # (re-classed above)
                     except Exception as exc:
                         self._report(exc, message)  # type: ignore[arg-type]
-        except BaseException as exc:  # SystemExit, KeyboardInterrupt... from a callback: stop clearly
+        # SystemExit, KeyboardInterrupt... from a callback: stop clearly
+        except BaseException as exc:
             failure = exc
         finally:
             if failure is not None:
                 self._report(failure, None)
-                if not self.stopping:  # tell the broker to stop sending to a consumer that is gone
+                # Tell the broker to stop sending to a consumer that is gone
+                if not self.stopping:
                     try:
                         self._loop.call(sub.aclose)
                     except StompError:

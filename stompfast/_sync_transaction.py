@@ -21,7 +21,8 @@ class Transaction:
 
     def __init__(self, loop: SyncLoop, outbox: ThreadOutbox, tx: AsyncTransaction, timeout: Optional[float]) -> None:
         self._loop = loop
-        self._outbox = outbox  # the client's receipt-less sends, written before this transaction's
+        # The client's receipt-less sends, written before this transaction's
+        self._outbox = outbox
         self._async = tx
         self._timeout = timeout
 

@@ -86,7 +86,8 @@ class AsyncTransaction:
 
     async def ack(self, message: Message) -> None:
         """Acknowledge ``message`` within the transaction (takes effect on COMMIT)."""
-        await Message.ack(message, transaction=self._check())  # (the async ack, whatever the subclass)
+        # The async ack, whatever the subclass
+        await Message.ack(message, transaction=self._check())
 
     async def nack(self, message: Message) -> None:
         """Refuse ``message`` within the transaction (takes effect on COMMIT)."""

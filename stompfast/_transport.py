@@ -140,11 +140,16 @@ class _Protocol:
         self.eof = False
         self.error: Optional[BaseException] = None
         self.transport: Any = None
-        self.reader: Any = None  # future a receive() waits on
-        self.drain: Any = None  # future a send() waits on while writing is paused
-        self.on_data: Any = None  # push mode: called with each chunk from data_received
-        self.on_eof: Any = None  # push mode: called once with the error (or None) at EOF
-        self.on_lost: Any = None  # called once when the connection is lost (the transport's own clean-up)
+        # Future a receive() waits on
+        self.reader: Any = None
+        # Future a send() waits on while writing is paused
+        self.drain: Any = None
+        # Push mode: called with each chunk from data_received
+        self.on_data: Any = None
+        # Push mode: called once with the error (or None) at EOF
+        self.on_eof: Any = None
+        # Called once when the connection is lost (the transport's own clean-up)
+        self.on_lost: Any = None
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -164,7 +169,8 @@ class _Protocol:
         self.eof = True
         self._wake_reader()
         self._push_eof()
-        return False  # close our side too
+        # Close our side too
+        return False
 
     def connection_lost(self, exc: Optional[BaseException]) -> None:
         self.eof = True
@@ -243,7 +249,8 @@ class AsyncioTransport:
         # never interleave; a thread's partial write leaves its rest in _tail,
         # which goes out before anything written after it.
         self._lock = threading.Lock()
-        self._direct: Optional[socket.socket] = None  # a dup of the socket, for threads
+        # A dup of the socket, for threads
+        self._direct: Optional[socket.socket] = None
         self._tail: Optional[bytes] = None
         self._loop: Any = None
         if direct_ok:
@@ -356,7 +363,8 @@ class AsyncioTransport:
             if sock is None:
                 try:
                     sock = self._direct = socket.socket(fileno=os.dup(transport.get_extra_info("socket").fileno()))
-                except OSError:  # a platform whose sockets are not file descriptors
+                # A platform whose sockets are not file descriptors
+                except OSError:
                     self.direct_ok = False
                     return False
             try:
@@ -364,7 +372,8 @@ class AsyncioTransport:
             except (BlockingIOError, InterruptedError):
                 return False
             except OSError:
-                return False  # the loop sees the failure on its side
+                # The loop sees the failure on its side
+                return False
             if sent < len(data):
                 self._tail = data[sent:]
                 self._loop.call_soon_threadsafe(self._flush_tail)
@@ -501,7 +510,8 @@ async def open_transport(
                 if websocket is not None:
                     return await _open_asyncio_ws(host, port, peer, ssl_context, server_hostname, websocket)
                 return await _open_asyncio(host, port, peer, ssl_context, server_hostname)
-        except ConnectError:  # ours (a refused WebSocket upgrade): it is an OSError too
+        # Ours (a refused WebSocket upgrade): it is an OSError too
+        except ConnectError:
             raise
         except TimeoutError as exc:
             raise ConnectTimeout(f"could not connect to {peer}: no answer within {timeout:g} s") from exc
@@ -564,7 +574,8 @@ def _nodelay(stream: Any) -> None:
     try:
         sock = stream.extra(anyio.abc.SocketAttribute.raw_socket)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    except (OSError, anyio.TypedAttributeLookupError):  # not a TCP socket (tests may pass others)
+    # Not a TCP socket (tests may pass others)
+    except (OSError, anyio.TypedAttributeLookupError):
         pass
 
 

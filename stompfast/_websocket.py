@@ -122,7 +122,8 @@ class _Handshake:
                         raise self.refused_error()
         except WSRemoteProtocolError as exc:
             raise ConnectError(f"WebSocket upgrade for {self.url} failed: {exc}") from exc
-        return False  # more to read: the rest of the response, or of its body
+        # More to read: the rest of the response, or of its body
+        return False
 
     def refused_error(self) -> ConnectError:
         status = self.refused.status_code
@@ -139,7 +140,8 @@ class _Handshake:
         )
 
     def eof_error(self) -> ConnectError:
-        if self.refused is not None:  # refused, and closed before the end of the body
+        # Refused, and closed before the end of the body
+        if self.refused is not None:
             return self.refused_error()
         return ConnectError(f"{self.url} closed the connection during the WebSocket upgrade")
 
@@ -150,22 +152,26 @@ def _answer_close(conn: Any, event: Any) -> "tuple[bytes, Optional[str]]":
     from wsproto.events import CloseConnection
 
     state = conn.state
-    if state is ConnectionState.REMOTE_CLOSING:  # the broker closed: echo its code
+    # The broker closed: echo its code
+    if state is ConnectionState.REMOTE_CLOSING:
         reply = conn.send(event.response())
         if event.code in _CLEAN_CLOSE:
             return reply, None
         reason = f" ({event.reason})" if event.reason else ""
         return reply, f"WebSocket closed by the broker with code {event.code}{reason}"
-    if state is ConnectionState.OPEN:  # wsproto refused the broker's frames (invalid UTF-8...)
+    # wsproto refused the broker's frames (invalid UTF-8...)
+    if state is ConnectionState.OPEN:
         reply = conn.send(CloseConnection(code=event.code, reason=event.reason))
         hint = ""
-        if event.code == 1007:  # RFC 6455: text messages must be UTF-8
+        # RFC 6455: text messages must be UTF-8
+        if event.code == 1007:
             hint = (
                 "; the broker sent a body that is not UTF-8 in a text message (RabbitMQ:"
                 " web_stomp.ws_frame = binary in rabbitmq.conf sends binary messages)"
             )
         return reply, f"invalid WebSocket data from the broker: {event.reason} (closed with code {event.code}){hint}"
-    return b"", None  # the answer to our own close frame
+    # The answer to our own close frame
+    return b"", None
 
 
 def _split(conn: Any, message: Any, data: bytes, cap: int) -> bytes:
@@ -190,12 +196,17 @@ class WebSocketLayer(asyncio.Protocol):
         self._max = max_message_bytes
         self._handshake: Optional[_Handshake] = _Handshake(ws, url)
         self._request = request
-        self._conn: Any = None  # wsproto's Connection once the upgrade is accepted
+        # wsproto's Connection once the upgrade is accepted
+        self._conn: Any = None
         self._raw: Any = None
-        self._closing = False  # we sent (or are about to send) a close frame
-        self._lost = False  # the inner protocol was told the connection ended
-        self.opened = loop.create_future()  # result: AcceptConnection; exception: ConnectError
-        self.closed = loop.create_future()  # the broker's close frame, or the socket's end
+        # We sent (or are about to send) a close frame
+        self._closing = False
+        # The inner protocol was told the connection ended
+        self._lost = False
+        # Result: AcceptConnection; exception: ConnectError
+        self.opened = loop.create_future()
+        # The broker's close frame, or the socket's end
+        self.closed = loop.create_future()
         # a connect given up on (cancelled, timed out) must not leave "exception never retrieved"
         self.opened.add_done_callback(lambda f: f.cancelled() or f.exception())
         from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
@@ -215,7 +226,8 @@ class WebSocketLayer(asyncio.Protocol):
             self._handshake_data(data)
             return
         if self._closing and conn.state.name == "CLOSED":
-            return  # bytes after the close handshake: nothing more to read
+            # Bytes after the close handshake: nothing more to read
+            return
         conn.receive_data(data)
         self._process(conn.events())
 
@@ -234,7 +246,8 @@ class WebSocketLayer(asyncio.Protocol):
         self._conn = handshake.ws.connection
         self.opened.set_result(handshake.accepted)
         self._inner.connection_made(self)
-        self._process(self._conn.events())  # frames that came with the 101 response
+        # Frames that came with the 101 response
+        self._process(self._conn.events())
 
     def _process(self, events: Any) -> None:
         BytesMessage, TextMessage = self._BytesMessage, self._TextMessage
@@ -347,7 +360,8 @@ class WebSocketStream(ByteStream):
         self._conn = conn
         self.url = url
         self._max = max_message_bytes
-        self.subprotocol: Optional[str] = None  # what the broker accepted (v12.stomp...)
+        # What the broker accepted (v12.stomp...)
+        self.subprotocol: Optional[str] = None
         self._pending: List[bytes] = []
         self._eof = False
         self._error: Optional[str] = None
@@ -460,8 +474,10 @@ class WebSocketStream(ByteStream):
             anyio.EndOfStream,
             anyio.BrokenResourceError,
             anyio.ClosedResourceError,
-            anyio.BusyResourceError,  # a reader task still unwinding: no polite close then
-            LocalProtocolError,  # wsproto: the WebSocket is closed already
+            # A reader task still unwinding: no polite close then
+            anyio.BusyResourceError,
+            # wsproto: the WebSocket is closed already
+            LocalProtocolError,
         ):
             pass
         finally:

@@ -274,7 +274,8 @@ class ServerError(StompError):
     receipt_id: Optional[str] = None
 
     def __init__(self, message: str = "", **data: Any) -> None:
-        if "headers" in data:  # a Frame's read-only mapping does not pickle; a dict does
+        # A Frame's read-only mapping does not pickle; a dict does
+        if "headers" in data:
             data["headers"] = dict(data["headers"])
         super().__init__(message, **data)
 

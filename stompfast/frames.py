@@ -86,7 +86,8 @@ class Frame(tuple[str, Dict[str, str], bytes, Optional[List[Tuple[str, str]]]]):
                 first[name] = value
         return tuple.__new__(cls, (command, first, body, pairs if repeated else None))
 
-    def __reduce__(self) -> Tuple[Any, ...]:  # tuple's default would call __new__ with the raw items
+    # Tuple's default would call __new__ with the raw items
+    def __reduce__(self) -> Tuple[Any, ...]:
         return (_rebuild, (tuple(self),))
 
     @property

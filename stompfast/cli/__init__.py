@@ -146,7 +146,8 @@ def _exception_groups() -> tuple[type[BaseException], ...]:
         groups.append(builtin)
     try:
         backport = getattr(importlib.import_module("exceptiongroup"), "BaseExceptionGroup", None)
-    except ImportError:  # 3.11+ without the backport installed: the builtin is all there is
+    # 3.11+ without the backport installed: the builtin is all there is
+    except ImportError:
         backport = None
     if backport is not None and backport not in groups:
         groups.append(backport)
@@ -228,7 +229,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     ctx: dict[str, Any] = {"secrets": []}
-    if getattr(args, "debug", False):  # the client's own log: connects, losses, reconnects (never a passcode)
+    # The client's own log: connects, losses, reconnects (never a passcode)
+    if getattr(args, "debug", False):
         import logging
 
         handler = logging.StreamHandler(sys.stderr)
@@ -236,7 +238,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         logging.getLogger("stompfast").addHandler(handler)
         logging.getLogger("stompfast").setLevel(logging.DEBUG)
     try:
-        code: int = args.run(args, ctx)  # (argparse's attributes are Any)
+        # argparse's attributes are Any
+        code: int = args.run(args, ctx)
         return code
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

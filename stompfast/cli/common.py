@@ -17,11 +17,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
 EXIT_OK = 0
-EXIT_FAILURE = 1  # connection refused, authentication, timeouts, ERROR frames, I/O
-EXIT_USAGE = 2  # bad arguments, URL or option values (argparse uses 2 too)
-EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
-EXIT_TERMINATED = 143  # SIGTERM (128 + 15): docker stop, systemd, kill
-EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (128 + SIGPIPE)
+# Connection refused, authentication, timeouts, ERROR frames, I/O
+EXIT_FAILURE = 1
+# Bad arguments, URL or option values (argparse uses 2 too)
+EXIT_USAGE = 2
+# Ctrl-C (128 + SIGINT), as shells report it
+EXIT_INTERRUPTED = 130
+# SIGTERM (128 + 15): docker stop, systemd, kill
+EXIT_TERMINATED = 143
+# The reader of stdout went away (128 + SIGPIPE)
+EXIT_BROKEN_PIPE = 141
 
 DEFAULT_URL = "stomp://127.0.0.1:61613/"
 ENV_URL, ENV_LOGIN, ENV_PASSCODE = "STOMPFAST_URL", "STOMPFAST_LOGIN", "STOMPFAST_PASSCODE"
@@ -97,7 +102,8 @@ class Status:
         if not quiet and isatty(sys.stderr):
             try:
                 from rich.console import Console
-            except ImportError:  # the cli extra is optional: plain text works everywhere
+            # The cli extra is optional: plain text works everywhere
+            except ImportError:
                 pass
             else:
                 self.console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -425,7 +431,8 @@ class Connection:
                     return value
             return None
 
-        self.endpoint = ep  # its scheme chooses TCP, TLS (stomp+ssl://) or WebSocket (ws://)
+        # Its scheme chooses TCP, TLS (stomp+ssl://) or WebSocket (ws://)
+        self.endpoint = ep
         self.host = ep.host
         self.port = ep.port
         self.login = pick(args.login, flag_ep.login if flag_ep else None, ENV_LOGIN, env_ep.login if env_ep else None)
@@ -442,7 +449,8 @@ class Connection:
         for flag, path in (("--cafile", self.cafile), ("--cert", self.cert), ("--key", self.key)):
             if path is None:
                 continue
-            if not ep.tls:  # it would otherwise switch TLS on behind the URL's back
+            # It would otherwise switch TLS on behind the URL's back
+            if not ep.tls:
                 raise UsageError(
                     f"{flag} is for TLS: use a stomp+ssl:// or wss:// URL (this one is {ep.masked_url()})"
                 )
@@ -535,7 +543,8 @@ def run_stoppable(fn: Callable[..., Any], *args: Any) -> Any:
         try:
             receiver = anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM)
             signals = receiver.__enter__()
-        except (NotImplementedError, ValueError, RuntimeError):  # no signal handlers here
+        # No signal handlers here
+        except (NotImplementedError, ValueError, RuntimeError):
             return await fn(*args)
         try:
             result = None

@@ -189,12 +189,14 @@ def _open_sink(args: argparse.Namespace) -> Any:
 
 class _Tally:
     def __init__(self, traced: Any = None) -> None:
-        self.traced = traced  # --trace: instruments the client
+        # --trace: instruments the client
+        self.traced = traced
         self.messages = 0
         self.bytes = 0
         self.started = time.monotonic()
         self.reason = ""
-        self.stats: dict[str, Any] | None = None  # the client's metrics at the end (--stats)
+        # The client's metrics at the end (--stats)
+        self.stats: dict[str, Any] | None = None
 
 
 def run_listen(args: argparse.Namespace, ctx: dict[str, Any]) -> int:
@@ -217,9 +219,11 @@ def run_listen(args: argparse.Namespace, ctx: dict[str, Any]) -> int:
         finally:
             sink.close()
     except BaseException:
-        _print_stats(args, status, tally)  # what the client did before it failed, above the error
+        # What the client did before it failed, above the error
+        _print_stats(args, status, tally)
         raise
-    if tally.reason:  # it subscribed: say how it went
+    # It subscribed: say how it went
+    if tally.reason:
         elapsed = time.monotonic() - tally.started
         status.info(
             f"received {plural(tally.messages, 'message')} ({format_size(tally.bytes)}) from {args.destination}"
@@ -242,11 +246,13 @@ async def _listen(conn: Connection, args: argparse.Namespace, sink: Any, status:
     buffer_size = min(args.count, 1000) if args.count else 1000
     client = conn.client()
     if tally.traced is not None:
-        tally.traced(client)  # --trace: a CONSUMER span per message, a child of the producer's
+        # --trace: a CONSUMER span per message, a child of the producer's
+        tally.traced(client)
     try:
         await _receive(client, conn, args, sink, status, tally, buffer_size)
     finally:
-        tally.stats = client.stats().as_dict()  # after DISCONNECT: every frame counted
+        # After DISCONNECT: every frame counted
+        tally.stats = client.stats().as_dict()
 
 
 async def _receive(
@@ -300,7 +306,8 @@ async def _receive(
                         try:
                             await message.ack()
                         except StaleMessageError:
-                            pass  # delivered before a reconnect: the broker sends it again
+                            # Delivered before a reconnect: the broker sends it again
+                            pass
                 else:
                     tally.reason = f"{plural(args.count, 'message')} received"
             if total.cancelled_caught:

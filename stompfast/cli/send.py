@@ -134,7 +134,8 @@ def _read_body(args: argparse.Namespace) -> tuple[str | bytes, str]:
         )
     try:
         args.body.encode("utf-8")
-    except UnicodeEncodeError:  # undecodable bytes in argv: send them as they were given
+    # Undecodable bytes in argv: send them as they were given
+    except UnicodeEncodeError:
         return os.fsencode(args.body), "argument"
     return args.body, "argument"
 
@@ -176,8 +177,10 @@ class _SendTally:
     """What ``send`` got done, for its progress line and for the summary when stopped."""
 
     def __init__(self) -> None:
-        self.sent = 0  # handed to the client (written, or queued to be)
-        self.confirmed = 0  # receipts come back
+        # Handed to the client (written, or queued to be)
+        self.sent = 0
+        # Receipts come back
+        self.confirmed = 0
 
     def line(self, args: argparse.Namespace) -> str:
         sent = f"sent {self.sent:,} of {args.count:,}"
@@ -190,7 +193,8 @@ async def _send(
 ) -> None:
     client = conn.client()
     if traced is not None:
-        traced(client)  # --trace: a PRODUCER span per message, its context in the SEND's headers
+        # --trace: a PRODUCER span per message, its context in the SEND's headers
+        traced(client)
     async with client:
         if not args.receipt:
             for _ in range(args.count):
@@ -202,7 +206,8 @@ async def _send(
         limit = args.receipt_window
         for _ in range(args.count):
             while window and (len(window) >= limit or window[0].done()):
-                await window.popleft().wait()  # raises what made it fail (e.g. ServerError)
+                # Raises what made it fail (e.g. ServerError)
+                await window.popleft().wait()
                 tally.confirmed += 1
             window.append(
                 await client.send(

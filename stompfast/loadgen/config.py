@@ -49,7 +49,8 @@ def is_rabbitmq(server: Optional[str]) -> bool:
 def run_queue_headers(config: "LoadConfig", server: Optional[str]) -> Optional[Dict[str, str]]:
     """The headers that make the run's own queue go away with the run, or None (``-d`` given, or not RabbitMQ)."""
     if config.destinations or not is_rabbitmq(server):
-        return None  # a destination the user named is theirs: declared as the broker defaults it
+        # A destination the user named is theirs: declared as the broker defaults it
+        return None
     return dict(RABBITMQ_RUN_QUEUE_HEADERS)
 
 
@@ -207,14 +208,18 @@ class LoadConfig:
 class Progress:
     """A live snapshot, handed to the ``progress`` callback of :func:`run_load` a few times a second."""
 
-    phase: str  # "connecting", "running", "draining"
-    elapsed: float  # seconds since the producers started (0 before)
+    # "connecting", "running", "draining"
+    phase: str
+    # Seconds since the producers started (0 before)
+    elapsed: float
     sent: int = 0
     confirmed: int = 0
     received: int = 0
-    expected: Optional[int] = None  # known once the producers are done
+    # Known once the producers are done
+    expected: Optional[int] = None
     errors: int = 0
-    send_rate: float = 0.0  # messages/s over about the last second
+    # Messages/s over about the last second
+    send_rate: float = 0.0
     receive_rate: float = 0.0
     target_rate: Optional[float] = None
     #: the clients' own metrics summed over every connection (``client.stats()``, as in

@@ -23,7 +23,8 @@ def histogram_class() -> Any:
     """hdrhistogram's ``HdrHistogram`` class; ImportError with an install hint when it is missing."""
     try:
         from hdrh.histogram import HdrHistogram
-    except ImportError as exc:  # an optional extra: say how to install it
+    # An optional extra: say how to install it
+    except ImportError as exc:
         raise ImportError(HDR_HINT) from exc
     return HdrHistogram
 

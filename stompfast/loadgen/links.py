@@ -22,8 +22,10 @@ class LocalLink:
     """A worker in the coordinator's own event loop: two deques."""
 
     def __init__(self) -> None:
-        self.up: Deque[Tuple[Any, ...]] = deque()  # worker -> coordinator
-        self.down: Deque[Tuple[Any, ...]] = deque()  # coordinator -> worker
+        # Worker -> coordinator
+        self.up: Deque[Tuple[Any, ...]] = deque()
+        # Coordinator -> worker
+        self.down: Deque[Tuple[Any, ...]] = deque()
         self.finished = False
 
     # worker side
@@ -99,14 +101,16 @@ def process_main(spec: WorkerSpec, conn: Any, backend: str, backend_options: Dic
     # "stop" and reports them instead. (SIGTERM stays: the coordinator's terminate().)
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except (OSError, ValueError):  # not settable here: the default stays
+    # Not settable here: the default stays
+    except (OSError, ValueError):
         pass
     link = PipeLink(conn)
     try:
         anyio.run(worker_main, spec, link, backend=backend, backend_options=backend_options)
     except KeyboardInterrupt:
         pass
-    except BaseException as exc:  # reported to the coordinator, which says what happened
+    # Reported to the coordinator, which says what happened
+    except BaseException as exc:
         try:
             conn.send(("fatal", exc))
         except Exception:
@@ -137,4 +141,5 @@ class WorkerView:
         self.ready: Optional[Dict[str, Any]] = None
         self.progress: Dict[str, Any] = {}
         self.final: Optional[Dict[str, Any]] = None
-        self.client_stats: Optional[Dict[str, Any]] = None  # the latest of its progress reports
+        # The latest of its progress reports
+        self.client_stats: Optional[Dict[str, Any]] = None

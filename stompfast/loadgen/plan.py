@@ -11,10 +11,14 @@ from .config import LoadConfig, is_fanout
 @dataclasses.dataclass
 class ProducerSpec:
     index: int
-    key: str  # the sf-producer header value: "<run id>.<index>"
-    quota: Optional[int]  # messages to send at most (None: until the duration ends)
-    rate: Optional[float]  # this producer's messages/s (open loop) or None
-    phase: float  # open loop: intended time of message i is t0 + (i + phase) / rate
+    # The sf-producer header value: "<run id>.<index>"
+    key: str
+    # Messages to send at most (None: until the duration ends)
+    quota: Optional[int]
+    # This producer's messages/s (open loop) or None
+    rate: Optional[float]
+    # Open loop: intended time of message i is t0 + (i + phase) / rate
+    phase: float
     first_destination: int
     warmup_messages: int
 
@@ -62,7 +66,8 @@ def plan_workers(config: LoadConfig, url: str, destinations: List[str], run_id: 
     ]
     for ps in producers:
         specs[ps.index % workers].producers.append(ps)
-    for c in range(m):  # consumers fill the workers from the other end: producers and consumers apart
+    # Consumers fill the workers from the other end: producers and consumers apart
+    for c in range(m):
         specs[(workers - 1 - c) % workers].consumers.append(c)
     return [s for s in specs if s.producers or s.consumers]
 

@@ -24,7 +24,8 @@ class Recorder:
         self.interval = interval
         self.index = 0
         self.next_boundary = t0 + interval
-        self.counts = [0] * COUNTS_LEN  # latencies of this interval, by latency_index
+        # Latencies of this interval, by latency_index
+        self.counts = [0] * COUNTS_LEN
         self.recorded = 0
         self.sent = self.received = self.confirmed = self.errors = self.warmup = 0
         self.closed: List[Tuple[Any, ...]] = []

@@ -18,8 +18,10 @@ from .plan import WorkerSpec, group_name
 from .producer import ProducerState, send_all
 from .timeline import Recorder, max_present, min_present
 
-TICK = 0.05  # seconds between a worker's progress reports / the coordinator's checks
-STATS_EVERY = 1.0  # seconds between the clients' metrics in the progress reports
+# Seconds between a worker's progress reports / the coordinator's checks
+TICK = 0.05
+# Seconds between the clients' metrics in the progress reports
+STATS_EVERY = 1.0
 
 
 class SubState:
@@ -27,7 +29,8 @@ class SubState:
 
     def __init__(self, group: str, seen: Dict[str, bytearray]) -> None:
         self.group = group
-        self.seen = seen  # producer key -> bitmap of sf-seq values (shared by a queue's consumers)
+        # Producer key -> bitmap of sf-seq values (shared by a queue's consumers)
+        self.seen = seen
         self.received = self.distinct = self.unexpected = self.warmup = self.measured = 0
         self.first: Optional[int] = None
         self.last: Optional[int] = None
@@ -45,7 +48,8 @@ class Worker:
         self.producers = [ProducerState(ps, len(spec.destinations)) for ps in spec.producers]
         self.groups: Dict[str, Dict[str, bytearray]] = {}
         self.subs: List[Tuple[Any, SubState]] = []
-        self.clients: List[Any] = []  # every connection, for its client.stats()
+        # Every connection, for its client.stats()
+        self.clients: List[Any] = []
         self.stats_due = 0.0
         self.recorder: Optional[Recorder] = None
         self.consumers_alive = 0
@@ -55,7 +59,8 @@ class Worker:
         #: SUBSCRIBE and SEND (set once the first CONNECTED named the broker)
         self.queue_headers: Optional[Dict[str, str]] = None
         #: instruments each client made (``LoadConfig.trace``), or None: nothing on the send path either way
-        self.instrument: Optional[Callable[[Any], Any]] = None  # set in run()
+        # Set in run()
+        self.instrument: Optional[Callable[[Any], Any]] = None
 
     def _error(self, text: str) -> None:
         self.error_count += 1
@@ -76,7 +81,8 @@ class Worker:
             heart_beat=c.heart_beat, connect_timeout=c.connect_timeout, reconnect=False, **kwargs,
         )
         if self.instrument is not None:
-            self.instrument(client)  # traced methods on this client object: the producer loop is unchanged
+            # Traced methods on this client object: the producer loop is unchanged
+            self.instrument(client)
         return client
 
     async def run(self) -> None:
@@ -126,7 +132,8 @@ class Worker:
                 tg.start_soon(self._consumers, consumers)
                 tg.start_soon(self._producers, producers, clients, t0)
                 tg.start_soon(self._reporter, consumers, producers)
-            for sub, st in self.subs:  # what arrived before the stop still counts
+            # What arrived before the stop still counts
+            for sub, st in self.subs:
                 try:
                     while sub.pending:
                         batch = await sub.receive_batch(self.config.buffer_size)
@@ -140,16 +147,19 @@ class Worker:
                 # each client bounds its own DISCONNECT wait (shielded); no scope may wrap
                 # this: the clients' task groups were entered before it
                 await stack.aclose()
-            except Exception as exc:  # DISCONNECT trouble is worth a line, not a failure of the run
+            # DISCONNECT trouble is worth a line, not a failure of the run
+            except Exception as exc:
                 final["close_warning"] = f"closing connections: {exc!r}"
-            final["client_stats"] = self._client_stats()  # after DISCONNECT: every frame counted
+            # After DISCONNECT: every frame counted
+            final["client_stats"] = self._client_stats()
             self.link.put(("final", final))
 
     async def _wait_for_go(self) -> Optional[int]:
         while True:
             for message in self.link.poll():
                 if message[0] == "go":
-                    start: Optional[int] = message[1]  # (an order's items are Any: the pipe carries tuples)
+                    # An order's items are Any: the pipe carries tuples
+                    start: Optional[int] = message[1]
                     return start
                 if message[0] in ("stop", "abort"):
                     return None
@@ -294,13 +304,15 @@ class Worker:
                 warm += 1
                 continue
             latency = (now - ts) // 1000
-            if latency < 0:  # a clock step: count it as no delay at all
+            # A clock step: count it as no delay at all
+            if latency < 0:
                 latency = 0
             # latency_index, inlined
             b = (latency | SUB_MASK).bit_length() - SHIFT
             try:
                 counts[((b + 1) << HALF_MAGNITUDE) + (latency >> b) - HALF_COUNT] += 1
-            except IndexError:  # beyond an hour: clamp into range
+            # Beyond an hour: clamp into range
+            except IndexError:
                 counts[COUNTS_LEN - 1] += 1
         n = len(batch)
         st.received += n
@@ -319,7 +331,8 @@ class Worker:
 
     async def _ack(self, batch: List[Any]) -> None:
         if self.config.ack == "client":
-            await batch[-1].ack()  # cumulative
+            # Cumulative
+            await batch[-1].ack()
         elif self.config.ack == "client-individual":
             for message in batch:
                 await message.ack()
@@ -336,7 +349,8 @@ class Worker:
         try:
             await send_all(ps, client, t0, self.spec, self.recorder, self.queue_headers)
             with anyio.fail_after(max(30.0, self.config.drain_timeout)):
-                await client.aclose()  # DISCONNECT, confirmed: the broker has every frame before it
+                # DISCONNECT, confirmed: the broker has every frame before it
+                await client.aclose()
             if not ps.spec.rate and ps.measured:
                 # closed loop: "sent" means taken by the broker, not queued in our buffer
                 ps.last = time.time_ns()

@@ -29,7 +29,8 @@ import types as _types
 try:
     import opentelemetry.metrics  # noqa: F401
     import opentelemetry.trace  # noqa: F401
-except ImportError as exc:  # the optional part is missing: say how to get it
+# The optional part is missing: say how to get it
+except ImportError as exc:
     raise ImportError(
         f"stompfast.otel needs the OpenTelemetry API ({exc}): pip install 'stompfast[otel]'"
     ) from exc

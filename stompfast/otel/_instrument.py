@@ -42,7 +42,8 @@ class Instrumentation:
         client = self.client()
         if client is not None:
             for name in self.installed:
-                client.__dict__.pop(name, None)  # the class's method shows again
+                # The class's method shows again
+                client.__dict__.pop(name, None)
             with _lock:
                 if _instrumented.get(client) is self:
                     del _instrumented[client]
@@ -101,7 +102,8 @@ def instrument(
             else:
                 methods = sync_client_methods(client, traced)
             for method_name, method in methods.items():
-                setattr(client, method_name, method)  # an instance attribute: shadows the class's method
+                # An instance attribute: shadows the class's method
+                setattr(client, method_name, method)
                 installed.append(method_name)
         registration = None
         if metrics:

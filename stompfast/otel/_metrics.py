@@ -27,7 +27,8 @@ from .. import __version__
 #: Quantiles of the receipt round trip reported by ``stomp.client.receipt.duration.quantile``.
 RTT_QUANTILES = (0.5, 0.9, 0.99)
 
-Attrs = Tuple[Tuple[str, Any], ...]  # attributes as a hashable, sorted key
+# Attributes as a hashable, sorted key
+Attrs = Tuple[Tuple[str, Any], ...]
 
 # (instrument name, kind, unit, description, [(ClientStats field, attributes)])
 # kind: "counter" (monotonic, cumulative) or "updown" (a level that adds up across clients)
@@ -74,7 +75,8 @@ class StatsSource:
             return None
         try:
             return self.stats(client) if self.stats is not None else client.stats()
-        except Exception:  # a client that cannot say (closing...) is left out of this collection
+        # A client that cannot say (closing...) is left out of this collection
+        except Exception:
             return None
 
 

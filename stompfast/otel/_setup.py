@@ -65,7 +65,8 @@ def tracer_provider_from_environment(exporter: Optional[str] = None) -> Optional
         ConfigurationError: an unknown exporter, or a package it needs is not installed.
     """
     if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        return None  # the application's own provider
+        # The application's own provider
+        return None
     name = (exporter or exporter_from_environment()).lower()
     if name not in EXPORTERS:
         raise ConfigurationError(f"unknown trace exporter {name!r}: one of {', '.join(EXPORTERS)}")
@@ -107,7 +108,8 @@ def _otlp_exporter() -> "SpanExporter":
             f"the otlp trace exporter needs opentelemetry-exporter-otlp ({exc}):"
             " pip install opentelemetry-exporter-otlp"
         ) from None
-    exporter: SpanExporter = exporter_class()  # configured by the OTEL_EXPORTER_OTLP_* variables
+    # Configured by the OTEL_EXPORTER_OTLP_* variables
+    exporter: SpanExporter = exporter_class()
     return exporter
 
 

@@ -225,9 +225,12 @@ class SubscriptionTrace:
         self.tracing = tracing
         self.destination = destination
         self.ack_mode = ack_mode
-        self.operation = operation  # "receive" (pulled) or "process" (a callback)
-        self.open: "OrderedDict[Message, Span]" = OrderedDict()  # spans waiting for their settlement
-        self.lock = threading.Lock()  # (the blocking client's threads take and ack concurrently)
+        # "receive" (pulled) or "process" (a callback)
+        self.operation = operation
+        # Spans waiting for their settlement
+        self.open: "OrderedDict[Message, Span]" = OrderedDict()
+        # The blocking client's threads take and ack concurrently
+        self.lock = threading.Lock()
         tracing.subscriptions.add(self)
 
     def holds(self, message: Message) -> bool:
@@ -242,7 +245,8 @@ class SubscriptionTrace:
             return
         _spans[message] = span
         if self.ack_mode == "auto" and self.operation == "receive":
-            self.tracing.end(span)  # nothing will settle it
+            # Nothing will settle it
+            self.tracing.end(span)
             return
         with self.lock:
             self.open[message] = span
@@ -282,7 +286,8 @@ class SubscriptionTrace:
     def settled(self, message: Message, command: str, receipt: bool, error: Optional[BaseException]) -> None:
         """The ACK or NACK went out (and, with ``receipt``, was confirmed), or failed with ``error``."""
         tracing = self.tracing
-        if self.operation == "process":  # the callback's end ends the span
+        # The callback's end ends the span
+        if self.operation == "process":
             span = self.open.get(message)
             if error is not None:
                 tracing.event(span, f"stomp.{command}.failed", {"error.type": type(error).__qualname__})

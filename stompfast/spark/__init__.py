@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 SPARK_HINT = "stompfast.spark needs PySpark 4: pip install 'stompfast[spark]' (pyspark>=4.2,<5 and pyarrow)"
 
-try:  # rule 12: optional part, guarded with an install hint
+# Rule 12: optional part, guarded with an install hint
+try:
     import pyspark.sql.datasource  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(SPARK_HINT) from exc

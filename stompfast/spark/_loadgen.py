@@ -112,7 +112,8 @@ class StompLoadgenReader(DataSourceReader):
             raise ConfigurationError(f"count ({count}) must be at least the number of workers ({self.workers})")
         from ..loadgen import LoadConfig
 
-        LoadConfig(**self._values_for(0)).validate()  # fail on the driver, before any task
+        # Fail on the driver, before any task
+        LoadConfig(**self._values_for(0)).validate()
 
     def _values_for(self, worker: int) -> Dict[str, Any]:
         values = dict(self.values)

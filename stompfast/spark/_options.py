@@ -131,7 +131,8 @@ class ConnectionOptions:
     def client_kwargs(self) -> Dict[str, Any]:
         return client_kwargs(self)
 
-    def __repr__(self) -> str:  # never the passcode
+    # Never the passcode
+    def __repr__(self) -> str:
         return f"<ConnectionOptions urls={len(self.urls)} login={self.login!r}>"
 
 

@@ -114,9 +114,11 @@ class _WriterBase:
         self.content_type = get_str(options, "contentType")
         self.extra_headers = prefixed(options, "header.")
         self.dedupe_header = get_str(options, "dedupeHeader")
-        self.dedupe_id = get_str(options, "dedupeId") or uuid.uuid4().hex  # fixed on the driver
+        # Fixed on the driver
+        self.dedupe_id = get_str(options, "dedupeId") or uuid.uuid4().hex
         self.trace = get_bool(options, "trace", False)
-        if self.trace:  # fail on the driver, before any task, when OpenTelemetry is missing
+        # Fail on the driver, before any task, when OpenTelemetry is missing
+        if self.trace:
             try:
                 import stompfast.otel  # noqa: F401
             except ImportError as exc:
@@ -164,7 +166,8 @@ def _columns(w: _WriterBase, batch: pa.RecordBatch, first_row: int) -> Tuple[Lis
         raise ConfigurationError(f"column 'body' is null in row {row} of this task: a message needs a body"
                                  " (an empty string or binary is fine)")
     if w.body_is_text:
-        body = pc.cast(body, pa.binary())  # UTF-8 as it is
+        # UTF-8 as it is
+        body = pc.cast(body, pa.binary())
     bodies = body.to_pylist()
     if w.dest_col is not None:
         dcol = batch.column(w.dest_col)
@@ -201,7 +204,8 @@ def _send_batches(w: _WriterBase, batches: Iterator[pa.RecordBatch], dedupe_pref
         otel.flush(provider)
         raise
     span.end(result[0])
-    otel.flush(provider)  # a Python worker may be ended without exiting: export the task's span now
+    # A Python worker may be ended without exiting: export the task's span now
+    otel.flush(provider)
     return result
 
 
@@ -224,12 +228,15 @@ def _send_task(w: _WriterBase, batches: Iterator[pa.RecordBatch], dedupe_prefix:
                 " SENDs, so only a receipt on every SEND confirms them (confirm=receipt or auto)")
         every = w.receipt_every if confirm != "receipt" else 1
         ac = client.async_client
-        window: Deque[Tuple[Any, int]] = deque()  # (receipt, messages it confirms)
+        # Receipt, messages it confirms
+        window: Deque[Tuple[Any, int]] = deque()
         limit = max(1, w.receipt_window // every)
         state: Dict[str, Any] = {"since": 0, "confirmed": 0, "tx": None}
         extra = w.extra_headers
-        dropped = DELIVERY_HEADERS  # a row's headers that are not sent on
-        if trace_headers:  # the task's context replaces a row's own
+        # A row's headers that are not sent on
+        dropped = DELIVERY_HEADERS
+        # The task's context replaces a row's own
+        if trace_headers:
             extra = {**extra, **trace_headers}
             dropped = DELIVERY_HEADERS | {name.lower() for name in trace_headers}
         dedupe = w.dedupe_header
@@ -278,10 +285,13 @@ def _send_task(w: _WriterBase, batches: Iterator[pa.RecordBatch], dedupe_prefix:
 
         async def finish() -> None:
             tx, state["tx"] = state["tx"], None
-            if tx is not None:  # the last, partial transaction
+            # The last, partial transaction
+            if tx is not None:
                 await tx.commit()
-            elif state["since"]:  # SENDs after the last receipt: the broker handles frames in order,
-                await ac.flush()   # so the receipt of flush's probe confirms them
+            # SENDs after the last receipt: the broker handles frames in order,
+            elif state["since"]:
+                # So the receipt of flush's probe confirms them
+                await ac.flush()
             state["confirmed"] += state["since"]
             state["since"] = 0
             await settle(0)

@@ -202,10 +202,12 @@ class _ReaderRuntime:
         from .._sync import Client
 
         self.reader = reader
-        self.seq = seq  # the last delivery number handed out
+        # The last delivery number handed out
+        self.seq = seq
         #: batches taken and not acked yet, in order: (last seq of the batch, its messages)
         self.pending: Deque[Tuple[int, List[Any]]] = deque()
-        self.held: List[Any] = []  # taken but left for the next batch (byte limit), in order
+        # Taken but left for the next batch (byte limit), in order
+        self.held: List[Any] = []
         self.clients: List[Any] = []
         self.subs: List[Any] = []
         try:
@@ -220,7 +222,8 @@ class _ReaderRuntime:
                         ack=self.ack,
                         headers=reader.sub_headers or None,
                         buffer_size=reader.prefetch,
-                        id=f"stompfast-{c}-{d}",  # unique across the connections: the cumulative acks rely on it
+                        # Unique across the connections: the cumulative acks rely on it
+                        id=f"stompfast-{c}-{d}",
                     ))
         except BaseException:
             self.close()
@@ -251,7 +254,8 @@ class _ReaderRuntime:
                 return 0
             sub = subs[self._turn % len(subs)]
             self._turn += 1
-            try:  # one subscription: wait all the time left; several: short turns on each
+            # One subscription: wait all the time left; several: short turns on each
+            try:
                 batch = sub.receive_batch(room, timeout=left if len(subs) == 1 else min(left, 0.01))
             except ReceiveTimeout:
                 continue
@@ -260,7 +264,8 @@ class _ReaderRuntime:
 
     def poll(self, max_messages: int, max_bytes: Optional[int], timeout: float, linger: float) -> List[Any]:
         """Take one batch: wait up to ``timeout`` for the first message, then while messages keep coming."""
-        taken: List[Any] = self.held  # left over by the byte limit: they come first, nothing to wait for
+        # Left over by the byte limit: they come first, nothing to wait for
+        taken: List[Any] = self.held
         self.held = []
         if not taken:
             self._wait_first(max_messages, taken, time.monotonic() + timeout)
@@ -298,14 +303,17 @@ class _ReaderRuntime:
         mode = self.ack
         if not done or mode == "auto":
             return len(done)
-        if mode == "client":  # cumulative: the last one of each subscription covers the rest
+        # Cumulative: the last one of each subscription covers the rest
+        if mode == "client":
             last: Dict[str, Any] = {}
-            for message in done:  # (subscription ids are unique across this reader's connections)
+            # Subscription ids are unique across this reader's connections
+            for message in done:
                 last[message.subscription] = message
             to_ack: List[Any] = list(last.values())
         else:
             to_ack = done
-        for message in to_ack:  # queued behind the client's frames: no wait on its loop
+        # Queued behind the client's frames: no wait on its loop
+        for message in to_ack:
             message.ack()
         return len(done)
 
@@ -325,7 +333,8 @@ class StompStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
         self.destinations = get_list(options, "destinations", "destination")
         if not self.destinations:
             raise ConfigurationError("option 'destination' (or 'destinations', comma-separated) is required")
-        self.ack = (get_str(options, "ack", "") or "").lower()  # "": by broker, see _default_ack
+        # "": by broker, see _default_ack
+        self.ack = (get_str(options, "ack", "") or "").lower()
         if self.ack and self.ack not in ACK_MODES:
             raise ConfigurationError(f"option 'ack' must be one of {', '.join(ACK_MODES)}, not {self.ack!r}")
         self.max_messages = get_int(options, "maxMessagesPerBatch", DEFAULT_MAX_MESSAGES)
@@ -366,9 +375,11 @@ class StompStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
         begin = int(start["seq"])
         with self._lock:
             rt = self._runtime(begin)
-            if begin > rt.seq:  # offsets restart from the checkpoint
+            # Offsets restart from the checkpoint
+            if begin > rt.seq:
                 rt.seq = begin
-            rt.ack_upto(begin)  # eager ack: the batch ending at `begin` is committed
+            # Eager ack: the batch ending at `begin` is committed
+            rt.ack_upto(begin)
             messages = rt.poll(self.max_messages, self.max_bytes, self.poll_timeout, self.linger)
             if not messages:
                 return iter([]), {"seq": begin}
@@ -394,7 +405,8 @@ class StompStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
         with self._lock:
             rt, self._rt = self._rt, None
         if rt is not None:
-            rt.close()  # unacked messages go back to the broker
+            # Unacked messages go back to the broker
+            rt.close()
 
 
 # Shown as stompfast.spark.StompDataSource, the name users import (reprs, help(); cloudpickle

@@ -220,7 +220,8 @@ class _Queue:
         self.name = name
         self.ready: Deque[_Message] = deque()
         self.consumers: List[_Subscription] = []
-        self.next = 0  # round-robin position in consumers
+        # Round-robin position in consumers
+        self.next = 0
         self.private = private
 
 
@@ -241,11 +242,14 @@ class _Subscription:
         self.conn = conn
         self.id = id
         self.destination = destination
-        self.key = key  # canonical destination
+        # Canonical destination
+        self.key = key
         self.ack = ack
-        self.prefetch = prefetch  # 0 = unlimited
+        # 0 = unlimited
+        self.prefetch = prefetch
         self.queue = queue
-        self.topic = topic  # canonical topic name, or None for a queue subscription
+        # Canonical topic name, or None for a queue subscription
+        self.topic = topic
         self.unacked: "OrderedDict[str, _Delivery]" = OrderedDict()
 
     def can_take(self) -> bool:
@@ -264,20 +268,28 @@ class _Connection:
         self.scanner = scanner
         self.number = number
         self.session: Optional[str] = None
-        self.version: Optional[str] = None  # negotiated; None until CONNECTED
+        # Negotiated; None until CONNECTED
+        self.version: Optional[str] = None
         self.login: Optional[str] = None
         self.outbox = bytearray()
-        self.wake = anyio.Event()  # set when the writer has something new to do
-        self.flushed = anyio.Event()  # set (and replaced) after each write
+        # Set when the writer has something new to do
+        self.wake = anyio.Event()
+        # Set (and replaced) after each write
+        self.flushed = anyio.Event()
         self.writer_done = anyio.Event()
-        self.closing: Optional[str] = None  # None | "graceful" | "abort" | "abort-after-flush"
+        # None | "graceful" | "abort" | "abort-after-flush"
+        self.closing: Optional[str] = None
         self.tg: Any = None
-        self.hb_out = 0.0  # seconds between broker heart-beats, 0 = none
-        self.hb_in = 0.0  # seconds the client promised between its heart-beats, 0 = none
+        # Seconds between broker heart-beats, 0 = none
+        self.hb_out = 0.0
+        # Seconds the client promised between its heart-beats, 0 = none
+        self.hb_in = 0.0
         self.last_write = anyio.current_time()
         self.throttled = False
-        self.subs: Dict[str, _Subscription] = {}  # by id
-        self.anonymous: Dict[str, _Subscription] = {}  # STOMP 1.0 subscriptions without id, by destination
+        # By id
+        self.subs: Dict[str, _Subscription] = {}
+        # STOMP 1.0 subscriptions without id, by destination
+        self.anonymous: Dict[str, _Subscription] = {}
         self.by_ack: Dict[str, _Delivery] = {}
         self.by_message_id: Dict[str, _Delivery] = {}
         self.transactions: Dict[str, List[Tuple[str, Any]]] = {}
@@ -337,7 +349,8 @@ class _TLSListener(TLSListener):
     def __init__(self, listener: Any, ssl_context: Any, counts: Counter[str]) -> None:
         # brokers close without close_notify, and so may this one's clients
         super().__init__(listener, ssl_context, standard_compatible=False, handshake_timeout=10)
-        self._counts = counts  # the broker's counters
+        # The broker's counters
+        self._counts = counts
 
     async def handle_handshake_error(  # type: ignore[override]  # (a staticmethod in anyio; ours counts)
         self, exc: BaseException, stream: Any
@@ -445,10 +458,13 @@ class Broker(RunsInThread):
         self.linger = linger
         self.max_bytes = max_bytes
         self.when_full = when_full
-        self._stored = 0  # what the stored messages count against max_bytes
+        # What the stored messages count against max_bytes
+        self._stored = 0
         self._stored_messages = 0
-        self._space: Optional[anyio.Event] = None  # set when the total drops below max_bytes
-        self._blocked = 0  # connections waiting for room
+        # Set when the total drops below max_bytes
+        self._space: Optional[anyio.Event] = None
+        # Connections waiting for room
+        self._blocked = 0
         self._limits = {
             "max_frame_bytes": max_frame_bytes,
             "max_headers": max_headers,
@@ -478,7 +494,8 @@ class Broker(RunsInThread):
         self._receipt_delay = 0.0
         self._stopped_heartbeats = False
         self._cut_next_message = False
-        self._refuse: Union[int, float] = 0  # connections still to refuse; math.inf = until cleared
+        # Connections still to refuse; math.inf = until cleared
+        self._refuse: Union[int, float] = 0
         self._connect_errors: Union[int, float] = 0
         self._connect_error_message = ""
         self._connect_error_body = ""
@@ -836,7 +853,8 @@ class Broker(RunsInThread):
         setattr(self, name, value)
         if name == "_stopped_heartbeats":
             for conn in self._conns:
-                conn.wake.set()  # recompute the heart-beat deadline
+                # Recompute the heart-beat deadline
+                conn.wake.set()
 
     # ------------------------------------------------------------------ connections
 
@@ -864,7 +882,8 @@ class Broker(RunsInThread):
                 tg.start_soon(self._write_loop, conn)
                 await self._read_loop(conn)
                 tg.cancel_scope.cancel()
-        except Exception as exc:  # a bug of the broker: keep serving the others, but say so
+        # A bug of the broker: keep serving the others, but say so
+        except Exception as exc:
             self._errors.append(exc)
             log.exception("stompfast.testing: error while serving connection %d", conn.number)
         finally:
@@ -877,7 +896,8 @@ class Broker(RunsInThread):
         stream = conn.stream
         while True:
             while len(conn.outbox) >= _OUTBOX_HIGH_WATER and conn.closing is None:
-                await conn.flushed.wait()  # the client does not read: stop reading it too
+                # The client does not read: stop reading it too
+                await conn.flushed.wait()
             timeout = math.inf
             if conn.hb_in and conn.closing is None:
                 timeout = 2 * conn.hb_in + self.heartbeat_grace
@@ -924,7 +944,8 @@ class Broker(RunsInThread):
                     with contextlib.suppress(Exception):
                         await stream.send_eof()
                     return
-                if conn.closing is not None:  # abort after flush (a frame was cut)
+                # Abort after flush (a frame was cut)
+                if conn.closing is not None:
                     conn.tg.cancel_scope.cancel()
                     return
                 deadline = math.inf
@@ -935,7 +956,8 @@ class Broker(RunsInThread):
                 if conn.wake.is_set():
                     conn.wake = anyio.Event()
                 elif conn.hb_out and not self._stopped_heartbeats and conn.closing is None:
-                    conn.outbox += b"\n"  # nothing written for a whole interval: a heart-beat
+                    # Nothing written for a whole interval: a heart-beat
+                    conn.outbox += b"\n"
                     self._counts["heartbeats_out"] += 1
         except _IO_ERRORS:
             self._close(conn, "abort")
@@ -994,7 +1016,8 @@ class Broker(RunsInThread):
             return
         conn.closing = how
         self._end_session(conn)
-        self._wake_producers()  # a held SEND of this connection is dropped with it
+        # A held SEND of this connection is dropped with it
+        self._wake_producers()
         conn.wake.set()
         if conn.tg is None:
             return
@@ -1004,7 +1027,8 @@ class Broker(RunsInThread):
             conn.tg.start_soon(self._linger, conn, self.linger if linger is None else linger)
 
     async def _linger(self, conn: _Connection, seconds: float) -> None:
-        with anyio.move_on_after(2 + seconds):  # a client that reads nothing cannot hold the socket open
+        # A client that reads nothing cannot hold the socket open
+        with anyio.move_on_after(2 + seconds):
             await conn.writer_done.wait()
         await anyio.sleep(seconds)
         conn.tg.cancel_scope.cancel()
@@ -1052,7 +1076,8 @@ class Broker(RunsInThread):
         command = frame.command
         if (command in ("SEND", "COMMIT") and self._full() and self.when_full == "block"
                 and conn.version is not None and self._adds(conn, frame)):
-            await self._wait_for_space(conn)  # this connection is not read meanwhile: TCP pushes back
+            # This connection is not read meanwhile: TCP pushes back
+            await self._wait_for_space(conn)
             if conn.closing is not None:
                 return
         self._frames_in[command] += 1
@@ -1065,7 +1090,8 @@ class Broker(RunsInThread):
                     raise _Violation("Illegal command", f"{command} before CONNECT: you must log in using "
                                      "CONNECT first.\n")
                 self._on_connect(conn, frame)
-                return  # STOMP 1.2: "Any client frame other than CONNECT MAY specify a receipt header"
+                # STOMP 1.2: "Any client frame other than CONNECT MAY specify a receipt header"
+                return
             handler = self._HANDLERS.get(command)
             if handler is None:
                 if command in ("CONNECT", "STOMP"):
@@ -1208,7 +1234,8 @@ class Broker(RunsInThread):
 
     def _on_send(self, conn: _Connection, frame: Frame) -> None:
         destination = self._require(frame, "destination")
-        _canonical(destination)  # refuse unknown destinations now, even inside a transaction
+        # Refuse unknown destinations now, even inside a transaction
+        _canonical(destination)
         headers = [(k, v) for k, v in frame.header_list if k not in _NOT_COPIED]
         held = self._transaction(conn, frame)
         if held is not None:
@@ -1325,16 +1352,19 @@ class Broker(RunsInThread):
         for command, item in held or ():
             if command == "SEND":
                 self._route(*item)
-            elif item.sub.unacked.get(item.ack_id) is item:  # still unacked: settle it now
+            # Still unacked: settle it now
+            elif item.sub.unacked.get(item.ack_id) is item:
                 self._settle(command, item)
 
     def _on_abort(self, conn: _Connection, frame: Frame) -> None:
         self._require(frame, "transaction")
         self._transaction(conn, frame)
-        del conn.transactions[frame.headers["transaction"]]  # held sends and acks are forgotten
+        # Held sends and acks are forgotten
+        del conn.transactions[frame.headers["transaction"]]
 
     def _on_disconnect(self, conn: _Connection, frame: Frame) -> None:
-        pass  # _on_frame sends the receipt and closes
+        # _on_frame sends the receipt and closes
+        pass
 
     _HANDLERS: Dict[str, Callable[["Broker", _Connection, Frame], None]] = {
         "SEND": _on_send,
@@ -1367,7 +1397,8 @@ class Broker(RunsInThread):
             return
         subs = self._topics.get(key)
         if not subs:
-            self._counts["discarded"] += 1  # a topic keeps nothing for absent subscribers
+            # A topic keeps nothing for absent subscribers
+            self._counts["discarded"] += 1
             return
         for sub in list(subs):
             sub.queue.ready.append(self._new_message(destination, headers, body))
@@ -1395,7 +1426,8 @@ class Broker(RunsInThread):
             headers.append(("subscription", sub.id))
         delivery = None
         if sub.ack != "auto":
-            ack_id = f"{conn.session}:{next(self._counter)}"  # like ActiveMQ: unlike message-id, has colons
+            # Like ActiveMQ: unlike message-id, has colons
+            ack_id = f"{conn.session}:{next(self._counter)}"
             delivery = _Delivery(message, ack_id, sub)
             sub.unacked[ack_id] = delivery
             conn.by_ack[ack_id] = delivery
@@ -1416,7 +1448,8 @@ class Broker(RunsInThread):
             self._close(conn, "abort-after-flush")
             return
         self._send(conn, "MESSAGE", headers, message.body)
-        if delivery is None:  # auto: consumed once sent
+        # Auto: consumed once sent
+        if delivery is None:
             self._release(message)
 
     def _forget_delivery(self, delivery: _Delivery) -> None:
@@ -1478,7 +1511,8 @@ class Broker(RunsInThread):
                 self._topics.pop(sub.topic, None)
             self._counts["discarded"] += len(pending)
             for message in itertools.chain((d.message for d in pending), queue.ready):
-                self._release(message)  # the private queue goes with the subscription
+                # The private queue goes with the subscription
+                self._release(message)
             queue.ready.clear()
             return
         # unacked messages go back to the front of the queue, in delivery order, for redelivery

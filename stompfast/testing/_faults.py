@@ -81,7 +81,8 @@ class Fault:
     __slots__ = ("kind",)
 
     def __init__(self, kind: str) -> None:
-        self.kind = kind  # "reset", "half_close", "eof"
+        # "reset", "half_close", "eof"
+        self.kind = kind
 
 
 class FrameCounter:
@@ -92,10 +93,13 @@ class FrameCounter:
     IDLE, HEAD, BODY, TO_NUL = range(4)
 
     def __init__(self) -> None:
-        self.pos = 0  # stream offset of the next byte fed
+        # Stream offset of the next byte fed
+        self.pos = 0
         self.state = self.IDLE
-        self.start = 0  # stream offset of the frame being read
-        self.head = bytearray()  # a header block split across reads
+        # Stream offset of the frame being read
+        self.start = 0
+        # A header block split across reads
+        self.head = bytearray()
         self.remaining = 0
         self.lost = False
 
@@ -163,7 +167,8 @@ class FrameCounter:
                 i += take
                 self.remaining -= take
                 if self.remaining == 0:
-                    self.state = self.TO_NUL  # the NUL that follows (or, malformed, the next one)
+                    # The NUL that follows (or, malformed, the next one)
+                    self.state = self.TO_NUL
             else:
                 k = data.find(b"\0", i)
                 if k < 0:

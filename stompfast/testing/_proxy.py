@@ -135,18 +135,24 @@ class _Pipe:
         self.direction = direction
         self.src = src
         self.dst = dst
-        self.buffer: Deque[List[Any]] = deque()  # [time read, bytes or Fault, offset already written]
+        # [time read, bytes or Fault, offset already written]
+        self.buffer: Deque[List[Any]] = deque()
         self.buffered = 0
-        self.read_pos = 0  # bytes read from src (stream offset of the next one)
+        # Bytes read from src (stream offset of the next one)
+        self.read_pos = 0
         self.counter = FrameCounter()
         self.frames = 0
         self.commands: Counter[str] = Counter()
         self.holdback = b""
-        self.discard = False  # half-closed: throw away what is read
-        self.ended = False  # the reader has queued its last item
+        # Half-closed: throw away what is read
+        self.discard = False
+        # The reader has queued its last item
+        self.ended = False
         self.stalled = False
-        self.changed = anyio.Event()  # wakes the writer (data, settings)
-        self.space = anyio.Event()  # wakes the reader (buffer below high water)
+        # Wakes the writer (data, settings)
+        self.changed = anyio.Event()
+        # Wakes the reader (buffer below high water)
+        self.space = anyio.Event()
         #: trigger kind -> stream offset where it fires, once known, and the trigger it is for
         self.fire_at: Dict[str, int] = {}
         self.armed: Dict[str, Trigger] = {}
@@ -437,7 +443,8 @@ class FaultProxy(RunsInThread):
                 self._queue_fault(pipe, "half_close")
 
     def _apply(self, changes: Mapping[str, Any]) -> None:
-        new: Dict[str, Any] = {}  # every value is checked before any is applied
+        # Every value is checked before any is applied
+        new: Dict[str, Any] = {}
         for name, value in changes.items():
             if name in ("latency", "throttle"):
                 new[name] = _per_direction(value, name)
@@ -458,7 +465,8 @@ class FaultProxy(RunsInThread):
                 self._update_stall(pipe)
                 for kind in list(pipe.fire_at):
                     if pipe.armed.get(kind) is not self._triggers[kind]:
-                        del pipe.fire_at[kind]  # computed for a trigger since replaced
+                        # Computed for a trigger since replaced
+                        del pipe.fire_at[kind]
                 self._arm(pipe)
                 self._fire_passed(pipe)
                 pipe.wake()
@@ -511,7 +519,8 @@ class FaultProxy(RunsInThread):
                     tg.start_soon(self._reader, pipe)
                     tg.start_soon(self._writer, pipe)
                 tg.start_soon(self._timer, link)
-        except Exception as exc:  # a bug of the proxy: keep serving the other links, but say so
+        # A bug of the proxy: keep serving the other links, but say so
+        except Exception as exc:
             self._errors.append(exc)
             log.exception("stompfast.testing: error in proxy link %d", link.number)
         finally:
@@ -606,7 +615,8 @@ class FaultProxy(RunsInThread):
                     await pipe.space.wait()
                 if (not pipe.discard and pipe.fire_at
                         and min(pipe.fire_at.values()) <= pipe.read_pos - len(pipe.holdback)):
-                    if self._take(pipe, b""):  # a byte trigger set at run time below what was read
+                    # A byte trigger set at run time below what was read
+                    if self._take(pipe, b""):
                         return
                     continue
                 try:
@@ -628,7 +638,8 @@ class FaultProxy(RunsInThread):
 
     def _take(self, pipe: _Pipe, data: bytes) -> bool:
         """Count the frames of a chunk read and queue it up to the first trigger point in it; True: reset."""
-        start = pipe.read_pos - len(pipe.holdback)  # stream offset of chunk[0]
+        # Stream offset of chunk[0]
+        start = pipe.read_pos - len(pipe.holdback)
         chunk = pipe.holdback + data if pipe.holdback else data
         pipe.holdback = b""
         pipe.read_pos += len(data)
@@ -664,7 +675,8 @@ class FaultProxy(RunsInThread):
         if self._frame_triggers(pipe):
             pending = pipe.counter.pending
             if pending is not None:
-                keep = max(start, pending)  # the command of the frame from here is not known yet
+                # The command of the frame from here is not known yet
+                keep = max(start, pending)
         self._forward(pipe, chunk[: keep - start])
         pipe.holdback = chunk[keep - start :]
         return False
@@ -711,12 +723,14 @@ class FaultProxy(RunsInThread):
                 if pipe.direction in self._split:
                     size = 1
                 elif rate:
-                    size = max(1, int(rate / 50))  # about 50 sends per second
+                    # About 50 sends per second
+                    size = max(1, int(rate / 50))
                 else:
                     size = len(data) - done
                 piece = data[done : done + size] if size < len(data) - done or done else data
                 n = len(piece)
-                self._counts[key] += n  # counted as handed over, so a peer that has read it sees it counted
+                # Counted as handed over, so a peer that has read it sees it counted
+                self._counts[key] += n
                 await pipe.dst.send(piece)
                 item[2] = done + n
                 if item[2] >= len(data):

@@ -59,7 +59,8 @@ async def stomp_broker(request: pytest.FixtureRequest, anyio_backend: Any) -> As
     from stompfast.testing import Broker
 
     options = _options(request)
-    options.pop("backend", None)  # those choose the thread fixture's event loop; here it is the test's
+    # Those choose the thread fixture's event loop; here it is the test's
+    options.pop("backend", None)
     options.pop("backend_options", None)
     async with Broker(**options) as broker:
         yield broker
