@@ -39,7 +39,8 @@ it, shielded and bounded by ``disconnect_timeout``, then closes the socket.
 The class is put together from parts with one job each, one module per part
 (docs/architecture.md draws the data flow): :mod:`._link` (open a connection,
 CONNECT, install it), :mod:`._supervisor` (the broker list and reconnecting),
-:mod:`._outbox` (the send queue, the writer, heart-beats), :mod:`._inbox`
+:mod:`._outbox` (the send queue, the writer, heart-beats: an object per
+connection, the current one in ``self._outbox``), :mod:`._inbox`
 (reading, dispatch to subscriptions and receipts, flow control, liveness) and
 :mod:`._session` (subscribe, ACK/NACK, transactions). This module holds the
 public API, the client's lifecycle (connect, close, fail; its states and their
@@ -51,6 +52,8 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+from logging import DEBUG
+from time import monotonic
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -73,7 +76,7 @@ import sniffio
 
 from ._common import RETRYABLE, body_bytes, conn_log, copy_error, where
 from ._config import Endpoint, check_positive
-from ._framelog import FrameLog
+from ._framelog import FrameLog, frame_log
 from ._inbox import Inbox
 from ._lifecycle import CLOSED, CLOSING, CONNECTING, FAILED, NEW, OPEN, RECONNECTING, ClientState, advance, describe
 from ._link import Link
@@ -85,14 +88,14 @@ from ._options import (
     tls_options,
 )
 from ._outbox import Outbox
-from ._protocol import SessionState
+from ._protocol import Message, SessionState
 from ._receipt import PendingReceipt, Receipt
 from ._session import Session
 from ._stats import Counters
 from ._subscription import Inlet, LiveSession, SubscriptionOps
 from ._supervisor import Supervisor
 from ._transaction import AsyncTransaction, SessionTransaction
-from ._transport import PushTransport, StompTransport, describe_error
+from ._transport import AsyncioTransport, PushTransport, StompTransport, describe_error
 from .errors import ClientClosedError, ConfigurationError, ConnectionLostError, StompError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -107,7 +110,7 @@ PROTOCOL_OPTIONS = (
 )
 
 
-class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
+class AsyncClient(Link, Supervisor, Inbox, Session, Counters):
     """An asynchronous STOMP client: one broker connection at a time, re-established when lost.
 
     Args:
@@ -199,7 +202,6 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
             raise ConfigurationError("heartbeat_tolerance must be at least 1 (a multiple of the broker's interval)")
         self._connect_timeout = check_positive("connect_timeout", o["connect_timeout"])
         self._send_buffer_bytes = check_positive("send_buffer_bytes", send_buffer_bytes)
-        self._write_through_bytes = send_buffer_bytes
         self._stall_timeout = check_positive("stall_timeout", o["stall_timeout"])
         self._disconnect_timeout = check_positive("disconnect_timeout", o["disconnect_timeout"])
         ws_max = o["websocket_max_message_bytes"]
@@ -222,25 +224,20 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
         self._registry_lock = threading.Lock()
         self._thread_receipts = itertools.count(1)  # receipt ids "t<n>" of send_from_thread
         self._subs: Dict[str, Inlet] = {}
-        self._out: List[bytes] = []
-        self._out_bytes = 0
-        self._wakeup = anyio.Event()
-        self._drained: Optional[anyio.Event] = None
+        # The current connection's outbox (before the first: a closed, empty one).
+        self._outbox = Outbox(None, send_buffer_bytes=send_buffer_bytes, write_through_bytes=send_buffer_bytes)
         self._loop: Any = None  # the asyncio loop (None on trio): receipts wait on its futures
         self._clock: Callable[[], float] = anyio.current_time
-        self._last_sent = 0.0
         self._last_received = 0.0
         self._paused_on: Optional[Inlet] = None
         self._stalled = False
         self._scopes: List[anyio.CancelScope] = []
         self._via_aenter = False
-        self._beating = False  # a heart-beat sender runs: note when we last wrote
         self._watching = False  # a liveness watch runs: note when we last read
         self._push = False  # asyncio: frames are dispatched from data_received, no reader task
         self._push_transport: Optional[PushTransport] = None  # the transport, when it is a push one
         self._frames: Optional[FrameLog] = None  # this connection's frame log (stompfast.frames at DEBUG)
         self._stall_handle: Any = None
-        self._writing = False  # the writer task is inside transport.send
         # reconnecting
         self._link_alive = False  # a connection is installed and has not failed
         self._lost: Optional[anyio.Event] = None  # set when the current connection fails
@@ -399,11 +396,11 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
                         try:
                             data, receipt_id = self._protocol.disconnect(receipt=True)
                             receipt = self._register(receipt_id)
-                            self._queue(data)
+                            self._outbox.queue(data)
                             self._n_control += 1
                             # Written from here: when the block is left by a
                             # cancellation, the writer task is cancelled too.
-                            await self._write_queued()
+                            await self._outbox.write_queued()
                             if not cancelled or self._push:
                                 # (on trio the reader task is cancelled with the
                                 # block: no receipt could be read, so none is awaited)
@@ -433,8 +430,7 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
             with anyio.CancelScope(shield=True):
                 if self._transport is not None:
                     await self._transport.aclose()
-            if self._drained is not None:
-                self._drained.set()
+            self._outbox.close()
             self._state = advance(self._state, CLOSED)
 
     def _background(self, coro: Any, name: str) -> None:
@@ -500,15 +496,12 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
             self._up_event.set()
 
     def _stop_connection(self) -> None:
-        """Wake senders waiting for buffer room, stop this connection's tasks; in push mode close its socket.
+        """Close the outbox (senders waiting for room wake), stop this connection's tasks; push mode: close its socket.
 
         (On trio the reader task closes the socket on its way out, or the
         supervisor does before reconnecting.)
         """
-        if self._drained is not None:
-            self._drained.set()
-            self._drained = None
-        self._wakeup.set()
+        self._outbox.close()
         for scope in self._scopes:
             scope.cancel()
         if self._push:
@@ -583,14 +576,16 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
             data, receipt_id = self._encode_send(destination, body, headers, content_type, receipt)
             if receipt_id is not None:
                 return await self._send_receipted(data, receipt_id, wait)
-        if self._out_bytes < self._write_through_bytes:  # _queue, inlined: the hot path
-            out = self._out
+        outbox = self._outbox
+        if outbox.out_bytes < outbox.write_through_bytes:  # outbox.queue, inlined: the hot path
+            out = outbox.out
             out.append(data)
-            self._out_bytes += len(data)
+            outbox.out_bytes += len(data)
             if len(out) == 1:
-                self._wakeup.set()
+                outbox.wakeup.set()
         else:
-            await self._write_through(data)
+            await self._queue_when_room(data)
+            await self._outbox.catch_up()
         return None
 
     def _encode_send(
@@ -600,6 +595,141 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
         """The SEND frame of :meth:`send` and its receipt id (the body rules are send's)."""
         body, content_type = body_bytes(body, content_type)
         return self._protocol.send(destination, body, headers, content_type=content_type, receipt=receipt)
+
+    async def _queue_when_room(self, data: bytes) -> None:
+        """Queue ``data`` on the current connection's outbox, waiting first while it holds ``send_buffer_bytes``.
+
+        Raises what :meth:`_check_open` raises when the connection went down (or
+        the client closed) while waiting.
+        """
+        outbox = self._outbox
+        if outbox.out_bytes >= outbox.send_buffer_bytes:
+            await outbox.wait_for_room()
+            self._check_open()
+            outbox = self._outbox  # (the connection may have been replaced meanwhile)
+        outbox.queue(data)
+
+    async def _send_receipted(self, data: bytes, receipt_id: str, wait: bool) -> Receipt:
+        pending = self._register(receipt_id)
+        outbox = self._outbox
+        if wait and not outbox.out and outbox.try_write_frame(data):
+            # Nothing queued ahead of it and the caller is about to block: write
+            # it from this task (no writer wake-up, no extra loop iteration).
+            await pending.wait()
+            return pending
+        await self._queue_when_room(data)
+        if wait:
+            self._outbox.write_queued_now()
+            await pending.wait()
+        return pending
+
+    def _queue_ack(self, message: Message) -> bool:
+        """The common ACK (no receipt, no transaction) queued now; False if that must wait (the caller awaits)."""
+        outbox = self._outbox
+        if self._state is OPEN and outbox.out_bytes < outbox.send_buffer_bytes:
+            data = self._protocol.ack_plain(message)
+            self._n_acks += 1
+            out = outbox.out  # outbox.queue, inlined: calling it costs ~5% of a client-ack drain
+            out.append(data)
+            outbox.out_bytes += len(data)
+            if len(out) == 1:
+                outbox.wakeup.set()
+            return True
+        return False
+
+    def send_nowait(
+        self,
+        destination: str,
+        body: Union[bytes, bytearray, memoryview, str] = b"",
+        *,
+        headers: Optional[Mapping[str, Any]] = None,
+        content_type: Optional[str] = None,
+        receipt: bool = False,
+    ) -> Optional[Receipt]:
+        """:meth:`send` without waiting, for synchronous code running in the event loop.
+
+        The same frame, queued (or written) at once; with ``receipt=True`` the
+        pending :class:`Receipt` is returned (``add_done_callback`` tells when it
+        is done). This is how the blocking client sends from a loop callback
+        instead of a task per call.
+
+        Raises:
+            anyio.WouldBlock: nothing was queued because the call would have to
+                wait (the connection is being re-established, or the send buffer
+                is full): ``await send(...)`` instead.
+            ClientClosedError, ConnectionLostError, ...: as :meth:`send`.
+        """
+        if self._state is not OPEN:
+            if self._state is RECONNECTING:
+                raise anyio.WouldBlock
+            self._check_open()
+        outbox = self._outbox
+        if outbox.out_bytes >= outbox.send_buffer_bytes:
+            raise anyio.WouldBlock
+        data, receipt_id = self._encode_send(destination, body, headers, content_type, receipt)
+        if receipt_id is None:
+            outbox.queue(data)
+            if outbox.out_bytes >= outbox.write_through_bytes:
+                outbox.write_queued_now()
+            return None
+        pending = self._register(receipt_id)
+        if not outbox.out and outbox.try_write_frame(data):
+            return pending
+        outbox.queue(data)
+        outbox.write_queued_now()
+        return pending
+
+    def send_from_thread(
+        self,
+        destination: str,
+        body: Union[bytes, bytearray, memoryview, str],
+        headers: Optional[Mapping[str, Any]],
+        content_type: Optional[str],
+        on_done: Callable[[Receipt], Any],
+    ) -> Optional[Receipt]:
+        """(Any thread.) A SEND with a receipt, written to the socket by the calling thread itself.
+
+        The blocking client's round trip: no hop into the event loop to send, so
+        the loop wakes only for the RECEIPT (``on_done(receipt)`` is then called
+        in the loop). Returns None, having sent nothing, whenever that is not
+        safe at this moment: not plain TCP on the stock asyncio loop, frames
+        queued or being written ahead of this one (order), the asyncio write
+        buffer not empty, a reconnect or a stall under way. The caller then
+        sends through the loop.
+
+        Raises LocalProtocolError (and TypeError for a body of another type) as
+        :meth:`send` does.
+        """
+        transport = self._transport
+        if type(transport) is not AsyncioTransport or not transport.direct_ok:
+            return None
+        body, content_type = body_bytes(body, content_type)
+        with self._registry_lock:
+            outbox = self._outbox
+            if (
+                self._state is not OPEN
+                or not self._link_alive
+                or outbox.transport is not transport
+                or outbox.out
+                or outbox.writing
+                or self._stalled
+            ):
+                return None
+            receipt_id = "t%d" % next(self._thread_receipts)
+            data = self._protocol.encode_send(destination, body, headers, content_type, receipt_id)
+            receipt = PendingReceipt(receipt_id, self._loop, monotonic())
+            receipt.add_done_callback(on_done)  # before anything can complete it
+            self._receipts[receipt_id] = receipt
+            if not transport.write_from_thread(data):
+                del self._receipts[receipt_id]
+                return None
+            self._n_thread_sends += 1  # (threads' own counters, under the lock: the loop's are not)
+            self._n_thread_bytes += len(data)
+            if outbox.beating:
+                outbox.last_sent = self._clock()
+        if frame_log.isEnabledFor(DEBUG):
+            self._log_frames(">", data)  # (after the write: the log takes a lock of its own)
+        return receipt
 
     def check_send(
         self, destination: str, headers: Optional[Mapping[str, Any]] = None, content_type: Optional[str] = None
@@ -631,11 +761,11 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
         pending = list(self._receipts.values())
         data, receipt_id = self._protocol.probe()
         probe = self._register(receipt_id)
-        await self._write(data)
+        await self._queue_when_room(data)
         self._n_control += 1
         self._n_extra_frames += 1  # (the probe is two frames in one entry: BEGIN and ABORT)
         pending.append(probe)
-        self._flush_now()
+        self._outbox.write_queued_now()
         await self.wait_receipts(pending)
 
 

@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import ssl as _ssl
 from logging import DEBUG
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 import anyio
 
 from ._config import Endpoint
 from ._framelog import FrameLog, frame_log
+from ._outbox import WRITE_THROUGH_BYTES, Outbox
 from ._protocol import Connected, ErrorReceived, StompProtocol
 from ._receipt import PendingReceipt
 from ._stats import Counters
 from ._subscription import Inlet
-from ._transport import READ_SIZE, StompTransport, WebSocketSpec, open_transport
+from ._transport import READ_SIZE, AsyncioTransport, StompTransport, WebSocketSpec, open_transport
 from .errors import (
     ConnectError,
     ConnectionLostError,
@@ -85,6 +86,9 @@ class Link(Counters):
     _protocol: StompProtocol
     _transport: Optional[StompTransport]
     _receipts: Dict[str, PendingReceipt]
+    _outbox: Outbox
+    _send_buffer_bytes: float
+    _clock: Callable[[], float]
     _scopes: List[anyio.CancelScope]
     _link_alive: bool
     _frames: Optional[FrameLog]
@@ -95,25 +99,19 @@ class Link(Counters):
         def _attach_supervisor(self) -> None:
             raise NotImplementedError
 
-        def _attach_outbox(self, transport: StompTransport, beat_ms: int) -> None:
-            raise NotImplementedError
-
         def _attach_inbox(self, watch_ms: int, leftover: List[Any]) -> None:
             raise NotImplementedError
 
         def _link_down(self, error: BaseException) -> None:
             raise NotImplementedError
 
+        def _fail(self, error: BaseException) -> None:
+            raise NotImplementedError
+
         def _background(self, coro: Any, name: str) -> None:
             raise NotImplementedError
 
         def _register(self, receipt_id: Optional[str]) -> PendingReceipt:
-            raise NotImplementedError
-
-        def _queue(self, data: bytes) -> None:
-            raise NotImplementedError
-
-        def _flush_now(self) -> None:
             raise NotImplementedError
 
         def _start_reading(self, leftover: List[Any]) -> None:
@@ -217,16 +215,35 @@ class Link(Counters):
                     await transport.aclose()
             raise
         # Install the new connection: fresh per-connection state, fresh tasks.
+        outbox = Outbox(
+            transport,
+            send_buffer_bytes=self._send_buffer_bytes,
+            # Only asyncio's transport takes a write from the sending task (try_write);
+            # elsewhere writing through would mean a task switch per mark, so the
+            # queue fills to send_buffer_bytes.
+            write_through_bytes=(
+                WRITE_THROUGH_BYTES if isinstance(transport, AsyncioTransport) else self._send_buffer_bytes
+            ),
+            clock=self._clock,
+            on_lost=self._fail,
+            log_frames=self._log_frames,
+        )
         with self._registry_lock:  # (a thread sending directly sees all of it or none)
             self._protocol = protocol
             self._transport = transport
             self._receipts = {}
+            self._count_outbox(self._outbox)  # (its counts join the client's totals: stats() sees each once)
+            self._outbox = outbox
         self.endpoint = endpoint
         self._frames = frames
         self._scopes = []
         # each part starts over on the new connection, and starts its tasks
         self._attach_supervisor()
-        self._attach_outbox(transport, protocol.heart_beat[0])
+        self._background(outbox.writer(), "stompfast-writer")
+        beat_ms = protocol.heart_beat[0]
+        if beat_ms:
+            outbox.beating = True
+            self._background(outbox.heartbeat_sender(beat_ms / 1000.0), "stompfast-heartbeat")
         self._attach_inbox(protocol.heart_beat[1], leftover)
         if resubscribe and self._subs:
             try:
@@ -239,9 +256,9 @@ class Link(Counters):
                     pending.append(self._register(receipt_id))
                     # (as on a first SUBSCRIBE: its first MESSAGE confirms it too)
                     sub.confirming = receipt_id
-                    self._queue(data)
+                    outbox.queue(data)
                     self._n_control += 1
-                self._flush_now()
+                outbox.write_queued_now()
                 with anyio.fail_after(self._connect_timeout):
                     await self.wait_receipts(pending)
                 for sub in self._subs.values():

@@ -16,6 +16,7 @@ import anyio
 
 from ._common import body_bytes, log
 from ._lifecycle import OPEN, RECONNECTING, ClientState
+from ._outbox import Outbox
 from ._protocol import Message, SessionState, StompProtocol, check_destination
 from ._receipt import PendingReceipt
 from ._stats import Counters
@@ -35,6 +36,7 @@ class Session(Counters):
     _sub_ops: Optional[SubscriptionOps]
     _live: LiveSession
     # reads
+    _outbox: Outbox
     _protocol: StompProtocol
     _error: Optional[BaseException]
     _state: ClientState
@@ -52,13 +54,7 @@ class Session(Counters):
         def _register(self, receipt_id: Optional[str]) -> PendingReceipt:
             raise NotImplementedError
 
-        def _queue(self, data: bytes) -> None:
-            raise NotImplementedError
-
-        async def _write(self, data: bytes) -> None:
-            raise NotImplementedError
-
-        def _flush_now(self) -> None:
+        async def _queue_when_room(self, data: bytes) -> None:
             raise NotImplementedError
 
         def _queue_ack(self, message: Message) -> bool:
@@ -125,7 +121,7 @@ class Session(Counters):
             # Its first MESSAGE confirms it as well as the RECEIPT does: the reader may stop
             # on this subscription's full buffer before the RECEIPT behind it is read.
             sub.confirming = receipt_id
-            await self._write(data)
+            await self._queue_when_room(data)
             self._n_control += 1
             if pending is not None:
                 await pending.wait()
@@ -139,7 +135,7 @@ class Session(Counters):
                 if self._link_alive and self._error is None and self._protocol.state is SessionState.CONNECTED:
                     try:
                         data, _ = self._protocol.unsubscribe(sub_id)
-                        self._queue(data)
+                        self._outbox.queue(data)
                         self._n_control += 1
                     except StompError:
                         pass
@@ -163,7 +159,7 @@ class Session(Counters):
             # Bounded like DISCONNECT: a broker that stops reading (TCP flow control)
             # must not hold the caller here; the subscription is gone locally anyway.
             with anyio.move_on_after(self._disconnect_timeout):
-                await self._write(data)
+                await self._queue_when_room(data)
                 self._n_control += 1
                 return
             log.debug("stompfast: UNSUBSCRIBE %r not queued within %g s", sub.id, self._disconnect_timeout)
@@ -183,10 +179,10 @@ class Session(Counters):
         self._n_received_gone += sub.seq
         data, receipt_id = self._protocol.unsubscribe(sub.id, receipt=True, forget=True)
         pending = self._register(receipt_id) if receipt_id is not None else None
-        await self._write(data)
+        await self._queue_when_room(data)
         self._n_control += 1
         if pending is not None:
-            self._flush_now()
+            self._outbox.write_queued_now()
             await pending.wait()
 
     def _check_stale(self, command: str, message: Message) -> None:
@@ -215,13 +211,13 @@ class Session(Counters):
         else:
             data, receipt_id = self._protocol.nack(message, transaction=transaction, receipt=receipt)
         pending = self._register(receipt_id) if receipt_id is not None else None
-        await self._write(data)
+        await self._queue_when_room(data)
         if command == "ACK":
             self._n_acks += 1
         else:
             self._n_nacks += 1
         if pending is not None:
-            self._flush_now()
+            self._outbox.write_queued_now()
             await pending.wait()
 
     async def ack(self, message: Message, *, receipt: bool = False) -> None:
@@ -259,7 +255,7 @@ class Session(Counters):
         await self._ensure_open()
         data, tx_id, _ = self._protocol.begin()
         tx.id = tx_id  # (set before the write, which may raise)
-        await self._write(data)
+        await self._queue_when_room(data)
         self._n_control += 1
         if isinstance(tx, SessionTransaction):  # (always: this client made it)
             self._transactions.add(tx)
@@ -270,14 +266,14 @@ class Session(Counters):
         self._check_open()
         body, content_type = body_bytes(body, content_type)
         data, _ = self._protocol.send(destination, body, headers, content_type=content_type, transaction=tx_id)
-        await self._write(data)
+        await self._queue_when_room(data)
 
     async def _tx_commit(self, tx: AsyncTransaction, tx_id: str, receipt: bool) -> None:
         self._transactions.discard(tx)
         self._check_open()
         data, receipt_id = self._protocol.commit(tx_id, receipt=receipt)
         pending = self._register(receipt_id) if receipt_id is not None else None
-        await self._write(data)
+        await self._queue_when_room(data)
         self._n_control += 1
         if pending is not None:
             await pending.wait()
@@ -287,5 +283,5 @@ class Session(Counters):
         if lost or self._state is not OPEN:
             return  # the session is gone: the broker aborted it already
         data, _ = self._protocol.abort(tx_id)
-        await self._write(data)
+        await self._queue_when_room(data)
         self._n_control += 1

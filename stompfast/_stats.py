@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._outbox import Outbox
     from ._subscription import Inlet
 
 __all__ = ["ClientStats", "Counters", "RttHistogram", "RttSummary", "merge_summaries"]
@@ -198,7 +199,9 @@ class Counters:
     """The counters of AsyncClient (a part of it, like the others: see docs/architecture.md).
 
     Every part increments the counters of what it does (declared here, owned here);
-    :meth:`stats` turns them into a :class:`ClientStats`. The loop increments them;
+    :meth:`stats` turns them into a :class:`ClientStats`. The outbox of the current
+    connection counts its writes, drops and heart-beats on itself; they join the
+    ``_n_*`` totals here when the connection is replaced (:meth:`_count_outbox`). The loop increments them;
     a blocking client's thread writing a SEND itself (``send_from_thread``) has
     counters of its own (``_n_thread_*``), under the registry lock.
     """
@@ -206,6 +209,7 @@ class Counters:
     _n_frames_in: int
     _n_bytes_in: int
     _n_bytes_out: int
+    # (these three, _n_bytes_out and _n_heartbeats: the connections before the current one's outbox)
     _n_entries_written: int  # outbox entries written (a frame each; heart-beat EOLs too)
     _n_entries_dropped: int  # outbox entries dropped with a lost link (heart-beats too)
     _n_frames_dropped: int  # the same, frames only
@@ -224,8 +228,8 @@ class Counters:
     _n_losses: int
     _rtt: RttHistogram
     # reads
-    _out: List[bytes]
-    _out_bytes: int
+    _outbox: "Outbox"
+    _registry_lock: Any
     _receipts: Dict[str, Any]
     _subs: Dict[str, "Inlet"]
     reconnects: int
@@ -238,24 +242,40 @@ class Counters:
         self._n_receipts_ok = self._n_receipts_failed = self._n_errors = self._n_losses = 0
         self._rtt = RttHistogram()
 
+    def _count_outbox(self, outbox: "Outbox") -> None:
+        """A connection's outbox is replaced: what it counted joins the client's totals (under the registry lock)."""
+        self._n_entries_written += outbox.entries_written
+        self._n_bytes_out += outbox.bytes_out
+        self._n_entries_dropped += outbox.entries_dropped
+        self._n_frames_dropped += outbox.frames_dropped
+        self._n_heartbeats += outbox.heartbeats
+
     def stats(self) -> ClientStats:
         """A snapshot of this client's counters and gauges (from any thread): see :class:`ClientStats`.
 
         Cheap enough to call every second; the counters cost the client next to
         nothing (docs/observability.md).
         """
-        out = list(self._out)
+        with self._registry_lock:  # (the link installs a new outbox and adds the old one's counts under it)
+            outbox = self._outbox
+            out = list(outbox.out)
+            out_bytes = outbox.out_bytes
+            written = self._n_entries_written + outbox.entries_written
+            bytes_out = self._n_bytes_out + outbox.bytes_out + self._n_thread_bytes
+            entries_dropped = self._n_entries_dropped + outbox.entries_dropped
+            frames_dropped = self._n_frames_dropped + outbox.frames_dropped
+            heartbeats = self._n_heartbeats + outbox.heartbeats
+            thread_sends = self._n_thread_sends
         heartbeats_queued = out.count(b"\n")
-        entries = self._n_entries_written + self._n_entries_dropped + len(out) + self._n_thread_sends
-        heartbeats_written = self._n_heartbeats - heartbeats_queued - (self._n_entries_dropped - self._n_frames_dropped)
+        entries = written + entries_dropped + len(out) + thread_sends
+        heartbeats_written = heartbeats - heartbeats_queued - (entries_dropped - frames_dropped)
         subs = list(self._subs.values())
         return ClientStats(
             frames_in=self._n_frames_in,
             bytes_in=self._n_bytes_in,
-            frames_out=(self._n_entries_written + self._n_thread_sends - heartbeats_written + self._n_connects
-                        + self._n_extra_frames),
-            bytes_out=self._n_bytes_out + self._n_thread_bytes,
-            messages_sent=entries - self._n_acks - self._n_nacks - self._n_control - self._n_heartbeats,
+            frames_out=written + thread_sends - heartbeats_written + self._n_connects + self._n_extra_frames,
+            bytes_out=bytes_out,
+            messages_sent=entries - self._n_acks - self._n_nacks - self._n_control - heartbeats,
             messages_received=self._n_received_gone + sum(sub.seq for sub in subs),
             acks=self._n_acks,
             nacks=self._n_nacks,
@@ -264,8 +284,8 @@ class Counters:
             errors=self._n_errors,
             connection_losses=self._n_losses,
             reconnects=self.reconnects,
-            frames_dropped=self._n_frames_dropped,
-            bytes_queued=self._out_bytes,
+            frames_dropped=frames_dropped,
+            bytes_queued=out_bytes,
             receipts_pending=len(self._receipts),
             buffered={sub.id: len(sub.messages) for sub in subs if sub.id is not None},
             receipt_rtt=self._rtt.summary(),

@@ -24,6 +24,7 @@ import anyio.lowlevel
 from ._common import RETRYABLE, conn_log, log, reconnect_log, where
 from ._config import Endpoint
 from ._lifecycle import FAILED, OPEN, RECONNECTING, ClientState, advance
+from ._outbox import Outbox
 from ._protocol import StompProtocol
 from ._reconnect import ConnectionEvent, ReconnectPolicy
 from ._stats import Counters
@@ -74,6 +75,7 @@ class Supervisor(Counters):
     _link_alive: bool
     _live: LiveSession
     # reads
+    _outbox: Outbox
     endpoint: Endpoint
     endpoints: Tuple[Endpoint, ...]
     _protocol: StompProtocol
@@ -94,9 +96,6 @@ class Supervisor(Counters):
             raise NotImplementedError
 
         def _check_open(self) -> None:
-            raise NotImplementedError
-
-        def _drop_outbox(self) -> int:
             raise NotImplementedError
 
         def _drop_inbox(self) -> int:
@@ -177,7 +176,7 @@ class Supervisor(Counters):
             self._state = advance(self._state, RECONNECTING)
             self._up_event = self._next_up
         self._fail_receipts(error)
-        dropped_frames = self._drop_outbox()
+        dropped_frames = self._outbox.drop()
         self._stop_connection()
         self._protocol.connection_lost()
         dropped_messages = self._drop_inbox()

@@ -305,7 +305,7 @@ async def test_a_long_burst_of_sends_is_written_through_not_queued_to_the_buffer
             peak = 0
             for i in range(3000):
                 await c.send("/queue/burst", b"%06d" % i + body)
-                peak = max(peak, c._out_bytes)
+                peak = max(peak, c._outbox.out_bytes)
             with anyio.fail_after(WAIT):
                 await c.flush()
             bound = WRITE_THROUGH_BYTES if asyncio_transport else limit
@@ -374,7 +374,7 @@ async def test_a_burst_into_a_peer_that_stops_reading_waits_instead_of_queueing_
                     await c.send("/queue/slow", b"%06d" % i + body)
                     if anyio.current_time() - before > 0.1:
                         blocked += 1
-                    peak = max(peak, c._out_bytes)
+                    peak = max(peak, c._outbox.out_bytes)
 
             with anyio.fail_after(WAIT * 2):
                 async with anyio.create_task_group() as tg:

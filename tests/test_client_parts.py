@@ -8,6 +8,8 @@ where that makes sense.
 
 from __future__ import annotations
 
+import threading
+
 import anyio
 import pytest
 
@@ -20,7 +22,7 @@ from stompfast._session import Session
 from stompfast._stats import Counters
 from stompfast._supervisor import Supervisor
 
-PARTS = (Link, Supervisor, Outbox, Inbox, Session, Counters)
+PARTS = (Link, Supervisor, Inbox, Session, Counters)
 
 
 def test_every_method_of_a_part_is_the_one_the_client_gets():
@@ -43,25 +45,6 @@ def test_the_parts_declare_but_do_not_define_what_they_take_from_each_other():
             code = getattr(value, "__code__", None)
             if code is not None:
                 assert "NotImplementedError" not in code.co_names, f"{part.__name__}.{name} is a stub at runtime"
-
-
-def test_the_outbox_alone_queues_coalesces_and_drops():
-    # the outbox with nothing but its own state: frames are queued in order, one wake-up per burst,
-    # and what was never written is counted and dropped when the link is lost
-    class Box(Outbox):
-        def __init__(self) -> None:
-            self._out, self._out_bytes = [], 0
-            self._wakeup = anyio.Event()
-            self._init_counters()
-
-    box = Box()
-    box._queue(b"SEND 1\n\n\x00")
-    box._queue(b"\n")  # a heart-beat
-    box._queue(b"SEND 2\n\n\x00")
-    assert box._out == [b"SEND 1\n\n\x00", b"\n", b"SEND 2\n\n\x00"] and box._wakeup.is_set()
-    assert box._out_bytes == sum(map(len, box._out))
-    assert box._drop_outbox() == 2  # heart-beats are not frames
-    assert box._out == [] and box._out_bytes == 0
 
 
 @pytest.mark.anyio
@@ -106,13 +89,20 @@ def test_the_counters_alone_derive_messages_sent_and_frames_out():
     class Box(Counters):
         def __init__(self) -> None:
             self._init_counters()
-            self._out, self._out_bytes = [b"SEND x", b"\n"], 7
+            self._outbox = Outbox(None, send_buffer_bytes=1e6, write_through_bytes=1e6)
+            self._registry_lock = threading.Lock()
             self._receipts, self._subs, self.reconnects = {}, {}, 0
 
     box = Box()
-    box._n_entries_written = 5 + 2 + 1 + 1
-    box._n_acks, box._n_control, box._n_heartbeats = 2, 1, 3
-    box._n_entries_dropped, box._n_frames_dropped = 2, 1
+    box._outbox.queue(b"SEND x")
+    box._outbox.queue(b"\n")
+    # what earlier connections' outboxes counted is in the client's totals, the current one's on itself
+    earlier = Outbox(None, send_buffer_bytes=1e6, write_through_bytes=1e6)
+    earlier.entries_written, earlier.heartbeats = 5, 2
+    earlier.entries_dropped, earlier.frames_dropped = 2, 1
+    box._count_outbox(earlier)
+    box._outbox.entries_written, box._outbox.heartbeats = 2 + 1 + 1, 1
+    box._n_acks, box._n_control = 2, 1
     box._n_thread_sends, box._n_connects = 1, 1
     stats = box.stats()
     assert stats.messages_sent == 5 + 1 + 1 + 1  # written, dropped, queued, from a thread
