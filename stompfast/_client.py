@@ -12,8 +12,8 @@ client's own task group with up to four tasks, and nothing else:
   When a subscription's buffer is full it stops reading (backpressure; see
   :mod:`._subscription`), and while stopped it suspends the liveness check. On
   asyncio there is no reader task: the transport's ``data_received`` callback
-  runs the same steps (``_on_data`` in :mod:`._inbox`), and backpressure pauses the transport
-  until the full subscription's consumer takes a message (``_pause_for``);
+  runs the same steps (``Inbox.on_data`` in :mod:`._inbox`), and backpressure pauses the transport
+  until the full subscription's consumer takes a message (``Inbox._pause_for``);
 * **writer**: :meth:`send` and friends only append encoded frames to an
   outgoing list (no await unless the list holds ``send_buffer_bytes``) and wake
   the writer when the list goes from empty to non-empty, so a burst of sends
@@ -95,7 +95,7 @@ from ._stats import Counters
 from ._subscription import Inlet, LiveSession, SubscriptionOps
 from ._supervisor import Supervisor
 from ._transaction import AsyncTransaction, SessionTransaction
-from ._transport import AsyncioTransport, PushTransport, StompTransport, describe_error
+from ._transport import AsyncioTransport, StompTransport, describe_error
 from .errors import ClientClosedError, ConfigurationError, ConnectionLostError, StompError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -110,7 +110,7 @@ PROTOCOL_OPTIONS = (
 )
 
 
-class AsyncClient(Link, Supervisor, Inbox, Session, Counters):
+class AsyncClient(Link, Supervisor, Session, Counters):
     """An asynchronous STOMP client: one broker connection at a time, re-established when lost.
 
     Args:
@@ -228,16 +228,9 @@ class AsyncClient(Link, Supervisor, Inbox, Session, Counters):
         self._outbox = Outbox(None, send_buffer_bytes=send_buffer_bytes, write_through_bytes=send_buffer_bytes)
         self._loop: Any = None  # the asyncio loop (None on trio): receipts wait on its futures
         self._clock: Callable[[], float] = anyio.current_time
-        self._last_received = 0.0
-        self._paused_on: Optional[Inlet] = None
-        self._stalled = False
         self._scopes: List[anyio.CancelScope] = []
         self._via_aenter = False
-        self._watching = False  # a liveness watch runs: note when we last read
-        self._push = False  # asyncio: frames are dispatched from data_received, no reader task
-        self._push_transport: Optional[PushTransport] = None  # the transport, when it is a push one
         self._frames: Optional[FrameLog] = None  # this connection's frame log (stompfast.frames at DEBUG)
-        self._stall_handle: Any = None
         # reconnecting
         self._link_alive = False  # a connection is installed and has not failed
         self._lost: Optional[anyio.Event] = None  # set when the current connection fails
@@ -252,6 +245,8 @@ class AsyncClient(Link, Supervisor, Inbox, Session, Counters):
         self._sub_ops: Optional[SubscriptionOps] = None
         self._live = LiveSession()  # the session acks may go to (the subscriptions' fast stale test)
         self._init_counters()
+        # The current connection's inbox (before the first: a closed one).
+        self._inbox = Inbox(None, self._protocol, subs=self._subs, receipts=self._receipts, rtt=self._rtt)
 
     @property
     def version(self) -> Optional[str]:
@@ -387,6 +382,7 @@ class AsyncClient(Link, Supervisor, Inbox, Session, Counters):
             self._state = advance(self._state, CLOSED)
             return
         self._state = advance(self._state, CLOSING)
+        self._inbox.closing = True  # (an EOF from now on is the end of our close, not a loss)
         if self._error is None and conn_log.isEnabledFor(logging.INFO):
             conn_log.info("closing the connection to %s", where(self.endpoint))
         try:
@@ -401,7 +397,7 @@ class AsyncClient(Link, Supervisor, Inbox, Session, Counters):
                             # Written from here: when the block is left by a
                             # cancellation, the writer task is cancelled too.
                             await self._outbox.write_queued()
-                            if not cancelled or self._push:
+                            if not cancelled or self._inbox.push:
                                 # (on trio the reader task is cancelled with the
                                 # block: no receipt could be read, so none is awaited)
                                 await receipt.wait()
@@ -421,6 +417,7 @@ class AsyncClient(Link, Supervisor, Inbox, Session, Counters):
             self._link_alive = False
             self._live.protocol = None
             self._lose_transactions(self._error)
+            self._inbox.close(release=True)
             for scope in self._scopes:
                 scope.cancel()
             if self._supervisor is not None:
@@ -487,26 +484,27 @@ class AsyncClient(Link, Supervisor, Inbox, Session, Counters):
         for sub in self._subs.values():
             sub.close(error)
         self._lose_transactions(error)
-        self._stop_connection()
-        if self._push:
+        self._stop_connection(release=True)
+        if self._inbox.push:
             self._protocol.connection_lost()
         if self._supervisor is not None:
             self._supervisor.cancel()
         if self._up_event is not None:
             self._up_event.set()
 
-    def _stop_connection(self) -> None:
-        """Close the outbox (senders waiting for room wake), stop this connection's tasks; push mode: close its socket.
+    def _stop_connection(self, *, release: bool) -> None:
+        """Close the outbox (senders waiting for room wake) and the inbox, stop this connection's tasks;
+        push mode: close its socket.
 
-        (On trio the reader task closes the socket on its way out, or the
-        supervisor does before reconnecting.)
+        ``release``: the client failed for good. On trio the reader task then
+        closes the socket on its way out; otherwise the supervisor does before
+        reconnecting.
         """
         self._outbox.close()
+        self._inbox.close(release=release)
         for scope in self._scopes:
             scope.cancel()
-        if self._push:
-            self._unpause()
-            self._push_transport.close_now()  # type: ignore[union-attr]
+        self._inbox.abort()
 
     def _check_open(self) -> None:
         if self._error is not None:
@@ -595,6 +593,32 @@ class AsyncClient(Link, Supervisor, Inbox, Session, Counters):
         """The SEND frame of :meth:`send` and its receipt id (the body rules are send's)."""
         body, content_type = body_bytes(body, content_type)
         return self._protocol.send(destination, body, headers, content_type=content_type, receipt=receipt)
+
+    def _register(self, receipt_id: Optional[str]) -> PendingReceipt:
+        """A pending receipt for ``receipt_id`` in the current connection's registry (failed at once in a stall)."""
+        assert receipt_id is not None
+        receipt = PendingReceipt(receipt_id, self._loop, monotonic())
+        inbox = self._inbox
+        if inbox.stalled and inbox.paused_on is not None:
+            self._n_receipts_failed += 1
+            receipt.reject(inbox.stall_error(inbox.paused_on))
+        else:
+            self._receipts[receipt_id] = receipt
+        return receipt
+
+    def _fail_receipts(self, error: BaseException) -> None:
+        """Fail every pending receipt with ``error`` and forget them.
+
+        Under the registry lock: the blocking client registers receipts from its
+        own threads (:meth:`send_from_thread`), which must not land between the
+        snapshot and the clear, nor change the dict while it is iterated.
+        """
+        with self._registry_lock:
+            receipts = list(self._receipts.values())
+            self._receipts.clear()
+        self._n_receipts_failed += len(receipts)
+        for receipt in receipts:
+            receipt.reject(error)
 
     async def _queue_when_room(self, data: bytes) -> None:
         """Queue ``data`` on the current connection's outbox, waiting first while it holds ``send_buffer_bytes``.
@@ -712,7 +736,7 @@ class AsyncClient(Link, Supervisor, Inbox, Session, Counters):
                 or outbox.transport is not transport
                 or outbox.out
                 or outbox.writing
-                or self._stalled
+                or self._inbox.stalled
             ):
                 return None
             receipt_id = "t%d" % next(self._thread_receipts)

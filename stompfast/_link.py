@@ -22,6 +22,7 @@ import anyio
 
 from ._config import Endpoint
 from ._framelog import FrameLog, frame_log
+from ._inbox import Inbox
 from ._outbox import WRITE_THROUGH_BYTES, Outbox
 from ._protocol import Connected, ErrorReceived, StompProtocol
 from ._receipt import PendingReceipt
@@ -87,8 +88,12 @@ class Link(Counters):
     _transport: Optional[StompTransport]
     _receipts: Dict[str, PendingReceipt]
     _outbox: Outbox
+    _inbox: Inbox
     _send_buffer_bytes: float
+    _stall_timeout: float
+    _heartbeat_tolerance: float
     _clock: Callable[[], float]
+    _loop: Any
     _scopes: List[anyio.CancelScope]
     _link_alive: bool
     _frames: Optional[FrameLog]
@@ -97,9 +102,6 @@ class Link(Counters):
     if TYPE_CHECKING:  # provided by the client's other parts
 
         def _attach_supervisor(self) -> None:
-            raise NotImplementedError
-
-        def _attach_inbox(self, watch_ms: int, leftover: List[Any]) -> None:
             raise NotImplementedError
 
         def _link_down(self, error: BaseException) -> None:
@@ -114,7 +116,7 @@ class Link(Counters):
         def _register(self, receipt_id: Optional[str]) -> PendingReceipt:
             raise NotImplementedError
 
-        def _start_reading(self, leftover: List[Any]) -> None:
+        def _fail_receipts(self, error: BaseException) -> None:
             raise NotImplementedError
 
         async def wait_receipts(self, receipts: Any) -> None:
@@ -228,12 +230,30 @@ class Link(Counters):
             on_lost=self._fail,
             log_frames=self._log_frames,
         )
+        receipts: Dict[str, PendingReceipt] = {}
+        inbox = Inbox(
+            transport,
+            protocol,
+            subs=self._subs,
+            receipts=receipts,
+            rtt=self._rtt,
+            peer=f"{endpoint.host}:{endpoint.port}",
+            clock=self._clock,
+            loop=self._loop,
+            stall_timeout=self._stall_timeout,
+            heartbeat_tolerance=self._heartbeat_tolerance,
+            on_failure=self._fail,
+            fail_receipts=self._fail_receipts,
+            log_frames=self._log_frames,
+        )
         with self._registry_lock:  # (a thread sending directly sees all of it or none)
             self._protocol = protocol
             self._transport = transport
-            self._receipts = {}
-            self._count_outbox(self._outbox)  # (its counts join the client's totals: stats() sees each once)
+            self._receipts = receipts
+            # (the replaced parts' counts join the client's totals: stats() sees each once)
+            self._count_parts(self._outbox, self._inbox)
             self._outbox = outbox
+            self._inbox = inbox
         self.endpoint = endpoint
         self._frames = frames
         self._scopes = []
@@ -244,7 +264,14 @@ class Link(Counters):
         if beat_ms:
             outbox.beating = True
             self._background(outbox.heartbeat_sender(beat_ms / 1000.0), "stompfast-heartbeat")
-        self._attach_inbox(protocol.heart_beat[1], leftover)
+        watch_ms = protocol.heart_beat[1]
+        if watch_ms:  # (before the reader: leftover bytes may end the link at once, and its scopes with it)
+            inbox.watching = True
+            self._background(inbox.liveness(watch_ms / 1000.0), "stompfast-liveness")
+        if inbox.push:  # asyncio: the transport calls the inbox back with each read, no reader task
+            inbox.start_push(leftover)
+        else:
+            self._background(inbox.reader(leftover), "stompfast-reader")
         if resubscribe and self._subs:
             try:
                 pending = []

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._inbox import Inbox
     from ._outbox import Outbox
     from ._subscription import Inlet
 
@@ -199,9 +200,10 @@ class Counters:
     """The counters of AsyncClient (a part of it, like the others: see docs/architecture.md).
 
     Every part increments the counters of what it does (declared here, owned here);
-    :meth:`stats` turns them into a :class:`ClientStats`. The outbox of the current
-    connection counts its writes, drops and heart-beats on itself; they join the
-    ``_n_*`` totals here when the connection is replaced (:meth:`_count_outbox`). The loop increments them;
+    :meth:`stats` turns them into a :class:`ClientStats`. The outbox and the inbox
+    of the current connection count what they do on themselves (writes, drops,
+    heart-beats; reads, receipts, ERRORs); that joins the ``_n_*`` totals here when
+    the connection is replaced (:meth:`_count_parts`). The loop increments them;
     a blocking client's thread writing a SEND itself (``send_from_thread``) has
     counters of its own (``_n_thread_*``), under the registry lock.
     """
@@ -209,7 +211,6 @@ class Counters:
     _n_frames_in: int
     _n_bytes_in: int
     _n_bytes_out: int
-    # (these three, _n_bytes_out and _n_heartbeats: the connections before the current one's outbox)
     _n_entries_written: int  # outbox entries written (a frame each; heart-beat EOLs too)
     _n_entries_dropped: int  # outbox entries dropped with a lost link (heart-beats too)
     _n_frames_dropped: int  # the same, frames only
@@ -229,6 +230,7 @@ class Counters:
     _rtt: RttHistogram
     # reads
     _outbox: "Outbox"
+    _inbox: "Inbox"
     _registry_lock: Any
     _receipts: Dict[str, Any]
     _subs: Dict[str, "Inlet"]
@@ -242,13 +244,22 @@ class Counters:
         self._n_receipts_ok = self._n_receipts_failed = self._n_errors = self._n_losses = 0
         self._rtt = RttHistogram()
 
-    def _count_outbox(self, outbox: "Outbox") -> None:
-        """A connection's outbox is replaced: what it counted joins the client's totals (under the registry lock)."""
+    def _count_parts(self, outbox: "Outbox", inbox: "Inbox") -> None:
+        """A connection's outbox and inbox are replaced: what they counted joins the client's totals.
+
+        (Under the registry lock, which :meth:`stats` takes too: a snapshot sees every count once.)
+        """
         self._n_entries_written += outbox.entries_written
         self._n_bytes_out += outbox.bytes_out
         self._n_entries_dropped += outbox.entries_dropped
         self._n_frames_dropped += outbox.frames_dropped
         self._n_heartbeats += outbox.heartbeats
+        self._n_frames_in += inbox.frames_in
+        self._n_bytes_in += inbox.bytes_in
+        self._n_received_gone += inbox.received_gone
+        self._n_receipts_ok += inbox.receipts_ok
+        self._n_receipts_failed += inbox.receipts_failed
+        self._n_errors += inbox.errors
 
     def stats(self) -> ClientStats:
         """A snapshot of this client's counters and gauges (from any thread): see :class:`ClientStats`.
@@ -266,22 +277,29 @@ class Counters:
             frames_dropped = self._n_frames_dropped + outbox.frames_dropped
             heartbeats = self._n_heartbeats + outbox.heartbeats
             thread_sends = self._n_thread_sends
+            inbox = self._inbox
+            frames_in = self._n_frames_in + inbox.frames_in
+            bytes_in = self._n_bytes_in + inbox.bytes_in
+            received_gone = self._n_received_gone + inbox.received_gone
+            receipts_ok = self._n_receipts_ok + inbox.receipts_ok
+            receipts_failed = self._n_receipts_failed + inbox.receipts_failed
+            errors = self._n_errors + inbox.errors
         heartbeats_queued = out.count(b"\n")
         entries = written + entries_dropped + len(out) + thread_sends
         heartbeats_written = heartbeats - heartbeats_queued - (entries_dropped - frames_dropped)
         subs = list(self._subs.values())
         return ClientStats(
-            frames_in=self._n_frames_in,
-            bytes_in=self._n_bytes_in,
+            frames_in=frames_in,
+            bytes_in=bytes_in,
             frames_out=written + thread_sends - heartbeats_written + self._n_connects + self._n_extra_frames,
             bytes_out=bytes_out,
             messages_sent=entries - self._n_acks - self._n_nacks - self._n_control - heartbeats,
-            messages_received=self._n_received_gone + sum(sub.seq for sub in subs),
+            messages_received=received_gone + sum(sub.seq for sub in subs),
             acks=self._n_acks,
             nacks=self._n_nacks,
-            receipts_confirmed=self._n_receipts_ok,
-            receipts_failed=self._n_receipts_failed,
-            errors=self._n_errors,
+            receipts_confirmed=receipts_ok,
+            receipts_failed=receipts_failed,
+            errors=errors,
             connection_losses=self._n_losses,
             reconnects=self.reconnects,
             frames_dropped=frames_dropped,

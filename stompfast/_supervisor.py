@@ -23,6 +23,7 @@ import anyio.lowlevel
 
 from ._common import RETRYABLE, conn_log, log, reconnect_log, where
 from ._config import Endpoint
+from ._inbox import Inbox
 from ._lifecycle import FAILED, OPEN, RECONNECTING, ClientState, advance
 from ._outbox import Outbox
 from ._protocol import StompProtocol
@@ -76,6 +77,7 @@ class Supervisor(Counters):
     _live: LiveSession
     # reads
     _outbox: Outbox
+    _inbox: Inbox
     endpoint: Endpoint
     endpoints: Tuple[Endpoint, ...]
     _protocol: StompProtocol
@@ -92,13 +94,10 @@ class Supervisor(Counters):
         def _fail_receipts(self, error: BaseException) -> None:
             raise NotImplementedError
 
-        def _stop_connection(self) -> None:
+        def _stop_connection(self, *, release: bool) -> None:
             raise NotImplementedError
 
         def _check_open(self) -> None:
-            raise NotImplementedError
-
-        def _drop_inbox(self) -> int:
             raise NotImplementedError
 
         def _lose_transactions(self, error: BaseException) -> int:
@@ -177,9 +176,9 @@ class Supervisor(Counters):
             self._up_event = self._next_up
         self._fail_receipts(error)
         dropped_frames = self._outbox.drop()
-        self._stop_connection()
+        self._stop_connection(release=False)
         self._protocol.connection_lost()
-        dropped_messages = self._drop_inbox()
+        dropped_messages = self._inbox.drop()
         aborted = self._lose_transactions(error)
         self._lost_info = (error, dropped_frames, dropped_messages, aborted)
         if self._lost is not None:

@@ -429,7 +429,7 @@ async def test_an_eof_reaching_the_reader_after_the_link_was_taken_down_reconnec
             await c.send("/queue/eof", b"x", receipt=True)  # (the reader task is running, in a receive)
             transport = c._transport
             trip = anyio.Event()
-            if c._push:  # asyncio: the transport calls back; a link taken down makes no callback after it
+            if c._inbox.push:  # asyncio: the transport calls back; a link taken down makes no callback after it
                 c._fail(ConnectionLostError("the writer's link failed"))
                 transport._protocol.eof_received()
                 transport._protocol.connection_lost(None)
@@ -450,7 +450,7 @@ async def test_an_eof_reaching_the_reader_after_the_link_was_taken_down_reconnec
             await c.send("/queue/eof", b"after", receipt=True)
             assert c.is_connected
             sent = [f.body for f in broker.received if f.command == "SEND"]
-            assert sent == ([b"x", b"after"] if c._push else [b"x", b"y", b"after"])
+            assert sent == ([b"x", b"after"] if c._inbox.push else [b"x", b"y", b"after"])
 
 
 async def test_a_send_refused_by_a_failed_client_still_yields_to_the_loop():
