@@ -89,7 +89,7 @@ from ._options import (
 )
 from ._outbox import Outbox
 from ._protocol import Message, SessionState
-from ._receipt import PendingReceipt, Receipt
+from ._receipt import PendingReceipt, Receipt, ReceiptRegistry
 from ._session import Session
 from ._stats import Counters
 from ._subscription import Inlet, LiveSession, SubscriptionOps
@@ -217,11 +217,12 @@ class AsyncClient(Link, Supervisor, Session, Counters):
         # Where the client is in its life (docs and the table of moves: _lifecycle.py).
         self._state = ClientState.NEW
         self._error: Optional[BaseException] = None
-        self._receipts: Dict[str, PendingReceipt] = {}
         # Guards the receipt registry and the installed connection against
         # send_from_thread (the blocking client's threads); the loop takes it only
         # to fail receipts in bulk and to install a connection.
         self._registry_lock = threading.Lock()
+        # The current connection's receipt registry (before the first: an empty one).
+        self._receipts = ReceiptRegistry(self._registry_lock)
         self._thread_receipts = itertools.count(1)  # receipt ids "t<n>" of send_from_thread
         self._subs: Dict[str, Inlet] = {}
         # The current connection's outbox (before the first: a closed, empty one).
@@ -246,7 +247,7 @@ class AsyncClient(Link, Supervisor, Session, Counters):
         self._live = LiveSession()  # the session acks may go to (the subscriptions' fast stale test)
         self._init_counters()
         # The current connection's inbox (before the first: a closed one).
-        self._inbox = Inbox(None, self._protocol, subs=self._subs, receipts=self._receipts, rtt=self._rtt)
+        self._inbox = Inbox(None, self._protocol, subs=self._subs, receipts=self._receipts.pending, rtt=self._rtt)
 
     @property
     def version(self) -> Optional[str]:
@@ -597,28 +598,15 @@ class AsyncClient(Link, Supervisor, Session, Counters):
     def _register(self, receipt_id: Optional[str]) -> PendingReceipt:
         """A pending receipt for ``receipt_id`` in the current connection's registry (failed at once in a stall)."""
         assert receipt_id is not None
-        receipt = PendingReceipt(receipt_id, self._loop, monotonic())
         inbox = self._inbox
         if inbox.stalled and inbox.paused_on is not None:
             self._n_receipts_failed += 1
-            receipt.reject(inbox.stall_error(inbox.paused_on))
-        else:
-            self._receipts[receipt_id] = receipt
-        return receipt
+            return self._receipts.register(receipt_id, inbox.stall_error(inbox.paused_on))
+        return self._receipts.register(receipt_id)
 
     def _fail_receipts(self, error: BaseException) -> None:
-        """Fail every pending receipt with ``error`` and forget them.
-
-        Under the registry lock: the blocking client registers receipts from its
-        own threads (:meth:`send_from_thread`), which must not land between the
-        snapshot and the clear, nor change the dict while it is iterated.
-        """
-        with self._registry_lock:
-            receipts = list(self._receipts.values())
-            self._receipts.clear()
-        self._n_receipts_failed += len(receipts)
-        for receipt in receipts:
-            receipt.reject(error)
+        """Fail every pending receipt of the current connection with ``error`` (counted as failed)."""
+        self._n_receipts_failed += self._receipts.fail(error)
 
     async def _queue_when_room(self, data: bytes) -> None:
         """Queue ``data`` on the current connection's outbox, waiting first while it holds ``send_buffer_bytes``.
@@ -743,9 +731,10 @@ class AsyncClient(Link, Supervisor, Session, Counters):
             data = self._protocol.encode_send(destination, body, headers, content_type, receipt_id)
             receipt = PendingReceipt(receipt_id, self._loop, monotonic())
             receipt.add_done_callback(on_done)  # before anything can complete it
-            self._receipts[receipt_id] = receipt
+            pending = self._receipts.pending
+            pending[receipt_id] = receipt
             if not transport.write_from_thread(data):
-                del self._receipts[receipt_id]
+                del pending[receipt_id]
                 return None
             self._n_thread_sends += 1  # (threads' own counters, under the lock: the loop's are not)
             self._n_thread_bytes += len(data)
@@ -782,7 +771,7 @@ class AsyncClient(Link, Supervisor, Session, Counters):
         frame sent so far, receipt or not.
         """
         await self._ensure_open()
-        pending = list(self._receipts.values())
+        pending = list(self._receipts.pending.values())
         data, receipt_id = self._protocol.probe()
         probe = self._register(receipt_id)
         await self._queue_when_room(data)

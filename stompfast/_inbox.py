@@ -77,8 +77,9 @@ class Inbox:
             connected, the client's before its first connection; it is closed).
         protocol: the connection's session, which scans the bytes into events.
         subs: the client's subscriptions by id (read, never changed here).
-        receipts: the connection's receipt registry: RECEIPTs resolve (and pop)
-            its entries.
+        receipts: the pending receipts of the connection's
+            :class:`~stompfast._receipt.ReceiptRegistry` (its ``pending`` dict):
+            RECEIPTs and ERRORs naming a receipt resolve (and pop) its entries.
         rtt: the client's receipt round-trip histogram.
         peer: ``host:port``, for messages.
         clock: the event loop's clock.

@@ -25,7 +25,7 @@ from ._framelog import FrameLog, frame_log
 from ._inbox import Inbox
 from ._outbox import WRITE_THROUGH_BYTES, Outbox
 from ._protocol import Connected, ErrorReceived, StompProtocol
-from ._receipt import PendingReceipt
+from ._receipt import PendingReceipt, ReceiptRegistry
 from ._stats import Counters
 from ._subscription import Inlet
 from ._transport import READ_SIZE, AsyncioTransport, StompTransport, WebSocketSpec, open_transport
@@ -86,7 +86,7 @@ class Link(Counters):
     _subs: Dict[str, Inlet]
     _protocol: StompProtocol
     _transport: Optional[StompTransport]
-    _receipts: Dict[str, PendingReceipt]
+    _receipts: ReceiptRegistry
     _outbox: Outbox
     _inbox: Inbox
     _send_buffer_bytes: float
@@ -230,12 +230,12 @@ class Link(Counters):
             on_lost=self._fail,
             log_frames=self._log_frames,
         )
-        receipts: Dict[str, PendingReceipt] = {}
+        receipts = ReceiptRegistry(self._registry_lock, self._loop)
         inbox = Inbox(
             transport,
             protocol,
             subs=self._subs,
-            receipts=receipts,
+            receipts=receipts.pending,
             rtt=self._rtt,
             peer=f"{endpoint.host}:{endpoint.port}",
             clock=self._clock,

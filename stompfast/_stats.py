@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Tuple
 if TYPE_CHECKING:  # pragma: no cover
     from ._inbox import Inbox
     from ._outbox import Outbox
+    from ._receipt import ReceiptRegistry
     from ._subscription import Inlet
 
 __all__ = ["ClientStats", "Counters", "RttHistogram", "RttSummary", "merge_summaries"]
@@ -232,7 +233,7 @@ class Counters:
     _outbox: "Outbox"
     _inbox: "Inbox"
     _registry_lock: Any
-    _receipts: Dict[str, Any]
+    _receipts: "ReceiptRegistry"
     _subs: Dict[str, "Inlet"]
     reconnects: int
 

@@ -16,9 +16,11 @@ from stompfast._inbox import Inbox
 from stompfast._link import Link
 from stompfast._outbox import Outbox
 from stompfast._protocol import StompProtocol
+from stompfast._receipt import ReceiptRegistry
 from stompfast._session import Session
 from stompfast._stats import Counters
 from stompfast._supervisor import Supervisor
+from stompfast.errors import ConnectionLostError, FlowControlError
 
 PARTS = (Link, Supervisor, Session, Counters)
 
@@ -56,7 +58,7 @@ def test_the_counters_alone_derive_messages_sent_and_frames_out():
             self._outbox = Outbox(None, send_buffer_bytes=1e6, write_through_bytes=1e6)
             self._inbox = Inbox(None, StompProtocol(host="/"), subs={}, receipts={}, rtt=self._rtt)
             self._registry_lock = threading.Lock()
-            self._receipts, self._subs, self.reconnects = {}, {}, 0
+            self._receipts, self._subs, self.reconnects = ReceiptRegistry(self._registry_lock), {}, 0
 
     box = Box()
     box._outbox.queue(b"SEND x")
@@ -73,3 +75,24 @@ def test_the_counters_alone_derive_messages_sent_and_frames_out():
     assert stats.messages_sent == 5 + 1 + 1 + 1  # written, dropped, queued, from a thread
     assert stats.frames_out == (5 + 2 + 1) + 1 + 1  # written frames (the heart-beat not), the thread's, CONNECT
     assert stats.frames_dropped == 1 and stats.acks == 2 and stats.bytes_queued == 7
+
+
+def test_the_receipt_registry_alone_keeps_refuses_and_fails_a_connections_receipts():
+    registry = ReceiptRegistry(threading.Lock())
+    kept = registry.register("r1")
+    refused = registry.register("r2", FlowControlError("stalled"))
+    # a refused receipt fails at once and is not kept: no RECEIPT can resolve it later
+    assert not kept.done() and refused.done() and isinstance(refused.error, FlowControlError)
+    assert list(registry.pending) == ["r1"] and len(registry) == 1
+    # the one teardown of the registry reports how many were lost, and leaves it empty
+    lost = ConnectionLostError("gone")
+    assert registry.fail(lost) == 1 and kept.error is lost and len(registry) == 0
+    assert registry.fail(lost) == 0
+
+
+def test_the_clients_receipt_registry_is_the_one_its_inbox_resolves_from():
+    client = ClientClass("stomp://broker:61613")
+    first = client._receipts
+    assert isinstance(first, ReceiptRegistry) and first.lock is client._registry_lock
+    # the inbox resolves from the very dict the registry keeps (no copy between them)
+    assert client._inbox.receipts is first.pending
