@@ -309,6 +309,91 @@ def test_client_stats_records_merge_associatively() -> None:
                                                  "p99": None, "buckets": []}
 
 
+# -- merging the workers' final reports (merge.py), no broker ------------------------------------
+
+
+def _bits(*seqs: int) -> bytes:
+    """A worker's bitmap of the sequence numbers it saw (bit n: sf-seq n)."""
+    value = 0
+    for seq in seqs:
+        value |= 1 << seq
+    return value.to_bytes(max(seqs) // 8 + 1 if seqs else 1, "little")
+
+
+def _final(sent_by: dict, seen: dict, received_by_group: dict, **counts: int) -> dict:
+    """The fields of a worker's final report that the counts are merged from."""
+    fields = dict(confirmed=0, unexpected=0, errors=0, warmup_sent=0, warmup_received=0)
+    fields.update(counts)
+    return dict(sent_by=sent_by, seen=seen, received_by_group=received_by_group,
+                received=sum(received_by_group.values()) + fields["unexpected"], **fields)
+
+
+def test_a_queue_read_from_two_workers_is_counted_exactly() -> None:
+    from stompfast.loadgen.merge import _merge_counts
+
+    # one producer sent sf-seq 0..9; the queue's consumers sit in two workers, both saw 4 and 5
+    first = _final({"r.0": [10]}, {"q0": {"r.0": _bits(0, 1, 2, 3, 4, 5)}}, {"q0": 6}, confirmed=10)
+    second = _final({}, {"q0": {"r.0": _bits(4, 5, 6, 7, 8)}}, {"q0": 5}, errors=1)
+    counts = _merge_counts([first, second], ["/queue/a"], consumers=2)
+    assert counts == {"sent": 10, "confirmed": 10, "expected": 10, "received": 11, "distinct": 9,
+                      "duplicates": 2, "missing": 1, "unexpected": 0, "errors": 1, "warmup_sent": 0,
+                      "warmup_received": 0}
+
+
+def test_a_topic_is_due_once_per_consumer_and_a_queue_once() -> None:
+    from stompfast.loadgen.merge import _due_groups, _merge_counts
+
+    assert _due_groups([False, True], consumers=2) == [("q0", 0), ("t1.0", 1), ("t1.1", 1)]
+    assert _due_groups([False, True], consumers=0) == []
+    # 3 messages to the queue, 2 to the topic; the second topic consumer lost sf-seq 1, and a
+    # bit beyond what the producer sent to the topic (a leftover) is not counted
+    seen = {"q0": {"p.0": _bits(0, 1, 2)}, "t1.0": {"p.0": _bits(0, 1, 7)}, "t1.1": {"p.0": _bits(0)}}
+    report = _final({"p.0": [3, 2]}, seen, {"q0": 3, "t1.0": 2, "t1.1": 1}, unexpected=1)
+    counts = _merge_counts([report], ["/queue/a", "/topic/b"], consumers=2)
+    assert (counts["sent"], counts["expected"], counts["distinct"], counts["missing"]) == (5, 3 + 2 * 2, 6, 1)
+    assert counts["duplicates"] == 0 and counts["unexpected"] == 1 and counts["received"] == 7
+    # publish only: nothing is expected, so nothing is missing
+    alone = _merge_counts([_final({"p.0": [3, 2]}, {}, {})], ["/queue/a", "/topic/b"], consumers=0)
+    assert (alone["sent"], alone["expected"], alone["distinct"], alone["missing"]) == (5, 0, 0, 0)
+
+
+def test_the_verdict_names_each_problem() -> None:
+    from stompfast.loadgen.merge import _problems
+
+    config = LoadConfig(count=10, receipts=True, drain_timeout=2)
+    clean = dict(sent=10, confirmed=10, expected=10, missing=0, duplicates=0, errors=0)
+    assert _problems(config, {}, clean, []) == []
+    lost = {**clean, "missing": 3}
+    assert _problems(config, {"drained": False}, lost, []) == [
+        "3 of 10 expected messages never arrived (nothing arrived for the 2 s drain timeout)"]
+    assert _problems(config, {}, lost, []) == ["3 of 10 expected messages never arrived (after the 2 s drain timeout)"]
+    stopped = {"interrupted": True, "t0": 0, "stopped_wall": 1_500_000_000}
+    assert _problems(config, stopped, lost, []) == [
+        "interrupted after 1.5 s: a partial result",
+        "3 of 10 expected messages had not arrived when the run was stopped"]
+    failed = {**clean, "confirmed": 4, "duplicates": 2, "errors": 4}
+    assert _problems(config, {}, failed, ["a", "b", "c", "d"]) == [
+        "2 messages arrived more than once", "4 errors: a; b; c"]
+    assert _problems(config, {}, {**clean, "confirmed": 4}, []) == ["only 4 of 10 messages were confirmed by a receipt"]
+    assert _problems(LoadConfig(count=10), {}, {**clean, "sent": 0, "expected": 0, "confirmed": 0}, []) == [
+        "no message was sent"]
+
+
+def test_the_timeline_fills_empty_intervals_and_cuts_the_last_one_at_the_end() -> None:
+    from stompfast.loadgen.merge import _timeline_rows
+    from stompfast.loadgen.timeline import Timeline
+
+    timeline = Timeline()
+    # intervals 0 and 2 of 0.5 s; the run ended 0.25 s into interval 2
+    timeline.add([(0, 100, 90, 0, 0, 0, None), (2, 50, 60, 0, 1, 0, None)])
+    rows = _timeline_rows(LoadConfig(interval=0.5), timeline, t0=10**9, end=10**9 + 1_250_000_000)
+    assert [(r["t"], r["seconds"], r["sent"], r["received"], r["errors"]) for r in rows] == [
+        (0.0, 0.5, 100, 90, 0), (0.5, 0.5, 0, 0, 0), (1.0, 0.25, 50, 60, 1)]
+    assert rows[0]["send_rate"] == 200.0 and rows[2]["receive_rate"] == 240.0
+    assert all(r["latency_us"] is None for r in rows)
+    assert _timeline_rows(LoadConfig(), Timeline(), t0=0, end=1) == []
+
+
 def test_bench_table_and_plot(tmp_path) -> None:
     pytest.importorskip("matplotlib")
     png = tmp_path / "run.png"
