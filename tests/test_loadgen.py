@@ -394,6 +394,82 @@ def test_the_timeline_fills_empty_intervals_and_cuts_the_last_one_at_the_end() -
     assert _timeline_rows(LoadConfig(), Timeline(), t0=0, end=1) == []
 
 
+# -- a producer's way out (producer.py), with a client that only records ---------------------------
+
+
+class _RecordingTransaction:
+    """A transaction that logs BEGIN, COMMIT and ABORT, and fails where it is told to."""
+
+    def __init__(self, log: list, fail_at_send: int, fail_commit: bool) -> None:
+        self.log = log
+        self.fail_at_send = fail_at_send
+        self.fail_commit = fail_commit
+
+    async def __aenter__(self) -> "_RecordingTransaction":
+        self.log.append("begin")
+        return self
+
+    async def send(self, destination: str, body: bytes, headers: dict) -> None:
+        self.log.append(f"send {headers['sf-seq']}")
+        if int(headers["sf-seq"]) == self.fail_at_send:
+            raise ConnectionError("connection lost")
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is not None:
+            self.log.append(("abort", exc))
+            return
+        self.log.append("commit")
+        if self.fail_commit:
+            raise ConnectionError("commit refused")
+
+
+class _RecordingClient:
+    def __init__(self, fail_at_send: int = -1, fail_commit_after: int = -1) -> None:
+        self.log: list = []
+        self.fail_at_send = fail_at_send
+        self.fail_commit_after = fail_commit_after
+
+    async def send(self, destination: str, body: bytes, headers: dict) -> None:
+        raise AssertionError("with transactions every message is sent in one")
+
+    def transaction(self, *, receipt: bool) -> _RecordingTransaction:
+        fail_commit = self.log.count("begin") == self.fail_commit_after
+        return _RecordingTransaction(self.log, self.fail_at_send, fail_commit)
+
+
+async def _send_in_transactions(client: _RecordingClient, count: int) -> "object":
+    from stompfast.loadgen.plan import plan_workers
+    from stompfast.loadgen.producer import ProducerState, send_all
+    from stompfast.loadgen.timeline import Recorder
+
+    config = LoadConfig(count=count, transaction_size=4, receipts=True)
+    (worker,) = plan_workers(config, "stomp://127.0.0.1:61613", ["/queue/a"], "run")
+    ps = ProducerState(worker.producers[0], 1)
+    with pytest.raises(ConnectionError):
+        await send_all(ps, client, 0, worker, Recorder(0, 10**9))
+    return ps
+
+
+@pytest.mark.anyio
+async def test_a_send_failing_in_a_transaction_aborts_it_and_counts_what_went_before() -> None:
+    client = _RecordingClient(fail_at_send=5)
+    ps = await _send_in_transactions(client, count=10)
+    *before, (what, exc) = client.log
+    assert before == ["begin", "send 0", "send 1", "send 2", "send 3", "commit", "begin", "send 4", "send 5"]
+    assert what == "abort" and isinstance(exc, ConnectionError) and str(exc) == "connection lost"
+    # messages 0..4 were handed to the client; only the first transaction's 4 were committed
+    assert (ps.sent, ps.confirmed, ps.by_dest) == (5, 4, [5])
+
+
+@pytest.mark.anyio
+async def test_a_failed_last_commit_is_raised_and_not_aborted_again() -> None:
+    client = _RecordingClient(fail_commit_after=1)
+    ps = await _send_in_transactions(client, count=6)
+    assert client.log == ["begin", "send 0", "send 1", "send 2", "send 3", "commit", "begin", "send 4", "send 5",
+                          "commit"]
+    assert (ps.sent, ps.confirmed) == (6, 4)
+
+
 def test_bench_table_and_plot(tmp_path) -> None:
     pytest.importorskip("matplotlib")
     png = tmp_path / "run.png"
