@@ -470,6 +470,55 @@ async def test_a_failed_last_commit_is_raised_and_not_aborted_again() -> None:
     assert (ps.sent, ps.confirmed) == (6, 4)
 
 
+# -- following a run (coordinator.py), no broker ---------------------------------------------------
+
+
+def test_the_drain_ends_when_all_arrived_no_consumer_is_left_or_nothing_new_came() -> None:
+    from stompfast.loadgen.coordinator import _Drain
+
+    drain = _Drain(timeout=2.0)
+    # the first call starts the timeout, a new message at 12.0 starts it again
+    assert not drain.over(10.0, 5, 10, consumers_alive=1)
+    assert not drain.over(11.5, 5, 10, consumers_alive=1)
+    assert not drain.over(12.0, 6, 10, consumers_alive=1)
+    assert not drain.over(14.0, 6, 10, consumers_alive=1)
+    assert drain.over(14.1, 6, 10, consumers_alive=1)
+    assert _Drain(timeout=2.0).over(0.0, 10, 10, consumers_alive=1)
+    assert _Drain(timeout=2.0).over(0.0, 3, 10, consumers_alive=0)
+
+
+def test_what_is_expected_counts_a_copy_per_consumer_on_a_topic() -> None:
+    from stompfast.loadgen.coordinator import _copies, _expected
+
+    destinations = ["/queue/a", "/topic/b"]
+    assert _copies(LoadConfig(consumers=3), destinations) == [1, 3]
+    assert _copies(LoadConfig(consumers=0), destinations) == [0, 0]
+    # two workers' producers: 5 messages to the queue, 1 to the topic
+    assert _expected([{"sent_by_dest": [2, 1]}, {"sent_by_dest": [3, 0]}], [1, 3]) == 5 + 3
+
+
+def test_live_progress_reports_rates_over_the_last_second_every_quarter_second() -> None:
+    from stompfast.loadgen.coordinator import _LiveProgress
+
+    seen = []
+    live = _LiveProgress(500.0, [], seen.append, t0=0)
+    live.update(100.0, [{"sent": 0, "received": 0}], None, last=False)
+    # 0.1 s after the last report: not reported
+    live.update(100.1, [{"sent": 50, "received": 0}], None, last=False)
+    live.update(100.5, [{"sent": 250, "received": 200, "errors": 1}], None, last=False)
+    # history older than a second is dropped: the rates are over 100.5 .. 101.6
+    live.update(101.6, [{"sent": 800, "received": 750, "confirmed": 3}], 900, last=False)
+    # the last report goes out however soon it comes
+    live.update(101.7, [{"sent": 800, "received": 800}], 900, last=True)
+    assert [(p.phase, p.sent, p.received, p.expected) for p in seen] == [
+        ("running", 0, 0, None), ("running", 250, 200, None), ("draining", 800, 750, 900),
+        ("draining", 800, 800, 900)]
+    assert (seen[0].send_rate, seen[1].send_rate, seen[1].receive_rate) == (0.0, 500.0, 400.0)
+    assert (seen[2].send_rate, seen[2].receive_rate) == pytest.approx((500.0, 500.0))
+    assert seen[1].errors == 1 and seen[2].confirmed == 3
+    assert all(p.target_rate == 500.0 and p.client_stats is None for p in seen)
+
+
 def test_bench_table_and_plot(tmp_path) -> None:
     pytest.importorskip("matplotlib")
     png = tmp_path / "run.png"
