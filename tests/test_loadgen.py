@@ -564,6 +564,28 @@ def test_bench_exits_1_when_messages_are_lost(capsys: pytest.CaptureFixture[str]
     assert "FAILED" in err
 
 
+def test_the_verdict_line_and_exit_code_of_each_outcome(capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+    import signal
+
+    from stompfast.cli.common import Status, Stopped
+    from stompfast.loadgen.command import _verdict
+
+    clean = loadgen.run(LoadConfig(count=200, receipts=True))
+    assert _verdict(clean, None, Status(), []) == 0
+    assert capsys.readouterr().err == (
+        "OK: 200 sent, 200 received, every message exactly once, all confirmed, no errors\n")
+    # a failure is said even with -q, with the secrets in its problems masked
+    failed = dataclasses.replace(clean, ok=False, problems=["refused by hunter22", "3 messages arrived more than once"])
+    assert _verdict(failed, None, Status(quiet=True), ["hunter22"]) == 1
+    assert capsys.readouterr().err == (
+        "stompfast bench: FAILED: refused by ***; 3 messages arrived more than once\n")
+    assert _verdict(failed, Stopped(signal.SIGTERM), Status(), []) == 143
+    err = capsys.readouterr().err
+    assert err.startswith("stompfast bench: terminated (SIGTERM) after ") and err.endswith(
+        " s: partial result: 200 sent, 200 received, 200 confirmed, 0 errors; every connection was closed cleanly\n")
+
+
 def test_bench_hints_at_the_extra_without_hdrhistogram() -> None:
     code = (
         "import sys; sys.modules['hdrh'] = None; sys.modules['hdrh.histogram'] = None\n"
