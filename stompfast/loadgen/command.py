@@ -518,7 +518,8 @@ async def _run_stoppable(
     try:
         receiver = anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM)
         signals = receiver.__enter__()
-    except (NotImplementedError, ValueError, RuntimeError):  # no signal handlers here
+    # No signal handlers here
+    except (NotImplementedError, ValueError, RuntimeError):
         return await run_load(config, progress)
     result: Optional[LoadResult] = None
     try:

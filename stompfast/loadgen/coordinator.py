@@ -102,7 +102,8 @@ async def _coordinate(
                 views.append(WorkerView(spec, ProcessLink(process, parent)))
         try:
             result = await _drive(config, views, destinations, progress, stop)
-        except Exception as exc:  # raised as it is below, not wrapped in an exception group
+        # Raised as it is below, not wrapped in an exception group
+        except Exception as exc:
             error = exc
             tg.cancel_scope.cancel()
         except BaseException:
@@ -142,7 +143,8 @@ async def _clean_up(config: LoadConfig, url: str, destinations: List[str], serve
     """
     (queue,) = destinations
     if server is None:
-        return None  # nothing connected: nothing was declared
+        # Nothing connected: nothing was declared
+        return None
     if not is_rabbitmq(server):
         return (
             f"{queue} is left on the broker ({server}): it keeps a queue until it is deleted (or, for ActiveMQ,"

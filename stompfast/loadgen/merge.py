@@ -23,7 +23,8 @@ from .timeline import Timeline, max_present, min_present
 def _popcount(value: int) -> int:
     try:
         return value.bit_count()
-    except AttributeError:  # Python 3.9
+    # Python 3.9
+    except AttributeError:
         return bin(value).count("1")
 
 

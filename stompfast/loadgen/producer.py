@@ -14,7 +14,8 @@ from .histogram import MAX_LATENCY_US, new_histogram
 from .plan import ProducerSpec, WorkerSpec
 from .timeline import Recorder
 
-_BURST = 100  # closed loop: messages sent between two yields to the event loop
+# Closed loop: messages sent between two yields to the event loop
+_BURST = 100
 
 
 class ProducerState:
@@ -23,10 +24,12 @@ class ProducerState:
     def __init__(self, spec: ProducerSpec, destinations: int) -> None:
         self.spec = spec
         self.sent = 0
-        self.by_dest = [0] * destinations  # also the next sf-seq for each destination
+        # Also the next sf-seq for each destination
+        self.by_dest = [0] * destinations
         self.confirmed = 0
         self.warmup_sent = 0
-        self.first: Optional[int] = None  # wall ns of the first measured send
+        # Wall ns of the first measured send
+        self.first: Optional[int] = None
         self.last: Optional[int] = None
         self.measured = 0
         self.done = False
