@@ -335,6 +335,10 @@ class AsyncClient(Link, Supervisor, Session, Counters):
             if self._state is not CONNECTING:
                 raise ClientClosedError("the client was closed while it connected")
             self._state = advance(self._state, OPEN)
+            # The connection may have failed while connect() completed (an ERROR read with
+            # CONNECTED): _fail recorded it but left CONNECTING, so the client is FAILED now.
+            if self._error is not None:
+                self._state = advance(self._state, FAILED)
             if self._policy.enabled:
                 scope = self._supervisor = anyio.CancelScope()
 

@@ -14,9 +14,11 @@ from typing import List, Tuple
 
 import anyio
 import pytest
+from hostile import Conn, HostileServer
 
 from stompfast import AsyncClient, ClientClosedError, ConnectError, ReconnectPolicy, ServerError
 from stompfast._lifecycle import TRANSITIONS, ClientState, advance, describe
+from stompfast._scanner import encode_frame
 from stompfast.testing import Broker
 
 S = ClientState
@@ -190,3 +192,38 @@ async def test_gave_up_reconnecting_is_failed(moves: List[Tuple[ClientState, Cli
                     await anyio.sleep(0.005)
             assert repr(client).endswith("failed: ConnectError>")
     assert path(moves) == [S.NEW, S.CONNECTING, S.OPEN, S.RECONNECTING, S.FAILED, S.CLOSING, S.CLOSED]
+
+
+@pytest.mark.anyio
+async def test_an_error_in_the_same_read_as_connected_leaves_the_client_failed_not_open(
+    moves: List[Tuple[ClientState, ClientState]],
+) -> None:
+    # CONNECTED and an ERROR in one write: the ERROR is dispatched while connect() is
+    # still completing. The client must not be OPEN with an error recorded: a plain
+    # send would then be queued on a dead connection instead of raising.
+    def handler(conn: Conn) -> None:
+        connect = conn.read_frame()
+        assert connect is not None
+        conn.send_raw(
+            encode_frame("CONNECTED", {"version": "1.2", "heart-beat": "0,0"}, b"")
+            + encode_frame("ERROR", {"message": "go away"}, b"")
+        )
+        conn.read_frame(timeout=5)
+
+    with HostileServer(handler) as server:
+        client = AsyncClient(f"stomp://127.0.0.1:{server.port}", heart_beat=(0, 0), reconnect=False)
+        try:
+            await client.connect()
+        except ServerError:
+            assert path(moves) == [S.NEW, S.CONNECTING, S.CLOSED]
+            return
+        try:
+            with anyio.fail_after(5):
+                while client.error is None:
+                    await anyio.sleep(0.001)
+            assert not client.is_connected
+            with pytest.raises(ServerError):
+                await client.send("/queue/a", b"x")
+        finally:
+            await client.aclose()
+        assert path(moves) == [S.NEW, S.CONNECTING, S.OPEN, S.FAILED, S.CLOSING, S.CLOSED]

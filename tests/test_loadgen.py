@@ -309,6 +309,216 @@ def test_client_stats_records_merge_associatively() -> None:
                                                  "p99": None, "buckets": []}
 
 
+# -- merging the workers' final reports (merge.py), no broker ------------------------------------
+
+
+def _bits(*seqs: int) -> bytes:
+    """A worker's bitmap of the sequence numbers it saw (bit n: sf-seq n)."""
+    value = 0
+    for seq in seqs:
+        value |= 1 << seq
+    return value.to_bytes(max(seqs) // 8 + 1 if seqs else 1, "little")
+
+
+def _final(sent_by: dict, seen: dict, received_by_group: dict, **counts: int) -> dict:
+    """The fields of a worker's final report that the counts are merged from."""
+    fields = dict(confirmed=0, unexpected=0, errors=0, warmup_sent=0, warmup_received=0)
+    fields.update(counts)
+    return dict(sent_by=sent_by, seen=seen, received_by_group=received_by_group,
+                received=sum(received_by_group.values()) + fields["unexpected"], **fields)
+
+
+def test_a_queue_read_from_two_workers_is_counted_exactly() -> None:
+    from stompfast.loadgen.merge import _merge_counts
+
+    # one producer sent sf-seq 0..9; the queue's consumers sit in two workers, both saw 4 and 5
+    first = _final({"r.0": [10]}, {"q0": {"r.0": _bits(0, 1, 2, 3, 4, 5)}}, {"q0": 6}, confirmed=10)
+    second = _final({}, {"q0": {"r.0": _bits(4, 5, 6, 7, 8)}}, {"q0": 5}, errors=1)
+    counts = _merge_counts([first, second], ["/queue/a"], consumers=2)
+    assert counts == {"sent": 10, "confirmed": 10, "expected": 10, "received": 11, "distinct": 9,
+                      "duplicates": 2, "missing": 1, "unexpected": 0, "errors": 1, "warmup_sent": 0,
+                      "warmup_received": 0}
+
+
+def test_a_topic_is_due_once_per_consumer_and_a_queue_once() -> None:
+    from stompfast.loadgen.merge import _due_groups, _merge_counts
+
+    assert _due_groups([False, True], consumers=2) == [("q0", 0), ("t1.0", 1), ("t1.1", 1)]
+    assert _due_groups([False, True], consumers=0) == []
+    # 3 messages to the queue, 2 to the topic; the second topic consumer lost sf-seq 1, and a
+    # bit beyond what the producer sent to the topic (a leftover) is not counted
+    seen = {"q0": {"p.0": _bits(0, 1, 2)}, "t1.0": {"p.0": _bits(0, 1, 7)}, "t1.1": {"p.0": _bits(0)}}
+    report = _final({"p.0": [3, 2]}, seen, {"q0": 3, "t1.0": 2, "t1.1": 1}, unexpected=1)
+    counts = _merge_counts([report], ["/queue/a", "/topic/b"], consumers=2)
+    assert (counts["sent"], counts["expected"], counts["distinct"], counts["missing"]) == (5, 3 + 2 * 2, 6, 1)
+    assert counts["duplicates"] == 0 and counts["unexpected"] == 1 and counts["received"] == 7
+    # publish only: nothing is expected, so nothing is missing
+    alone = _merge_counts([_final({"p.0": [3, 2]}, {}, {})], ["/queue/a", "/topic/b"], consumers=0)
+    assert (alone["sent"], alone["expected"], alone["distinct"], alone["missing"]) == (5, 0, 0, 0)
+
+
+def test_the_verdict_names_each_problem() -> None:
+    from stompfast.loadgen.merge import _problems
+
+    config = LoadConfig(count=10, receipts=True, drain_timeout=2)
+    clean = dict(sent=10, confirmed=10, expected=10, missing=0, duplicates=0, errors=0)
+    assert _problems(config, {}, clean, []) == []
+    lost = {**clean, "missing": 3}
+    assert _problems(config, {"drained": False}, lost, []) == [
+        "3 of 10 expected messages never arrived (nothing arrived for the 2 s drain timeout)"]
+    assert _problems(config, {}, lost, []) == ["3 of 10 expected messages never arrived (after the 2 s drain timeout)"]
+    stopped = {"interrupted": True, "t0": 0, "stopped_wall": 1_500_000_000}
+    assert _problems(config, stopped, lost, []) == [
+        "interrupted after 1.5 s: a partial result",
+        "3 of 10 expected messages had not arrived when the run was stopped"]
+    failed = {**clean, "confirmed": 4, "duplicates": 2, "errors": 4}
+    assert _problems(config, {}, failed, ["a", "b", "c", "d"]) == [
+        "2 messages arrived more than once", "4 errors: a; b; c"]
+    assert _problems(config, {}, {**clean, "confirmed": 4}, []) == ["only 4 of 10 messages were confirmed by a receipt"]
+    assert _problems(LoadConfig(count=10), {}, {**clean, "sent": 0, "expected": 0, "confirmed": 0}, []) == [
+        "no message was sent"]
+
+
+def test_the_timeline_fills_empty_intervals_and_cuts_the_last_one_at_the_end() -> None:
+    from stompfast.loadgen.merge import _timeline_rows
+    from stompfast.loadgen.timeline import Timeline
+
+    timeline = Timeline()
+    # intervals 0 and 2 of 0.5 s; the run ended 0.25 s into interval 2
+    timeline.add([(0, 100, 90, 0, 0, 0, None), (2, 50, 60, 0, 1, 0, None)])
+    rows = _timeline_rows(LoadConfig(interval=0.5), timeline, t0=10**9, end=10**9 + 1_250_000_000)
+    assert [(r["t"], r["seconds"], r["sent"], r["received"], r["errors"]) for r in rows] == [
+        (0.0, 0.5, 100, 90, 0), (0.5, 0.5, 0, 0, 0), (1.0, 0.25, 50, 60, 1)]
+    assert rows[0]["send_rate"] == 200.0 and rows[2]["receive_rate"] == 240.0
+    assert all(r["latency_us"] is None for r in rows)
+    assert _timeline_rows(LoadConfig(), Timeline(), t0=0, end=1) == []
+
+
+# -- a producer's way out (producer.py), with a client that only records ---------------------------
+
+
+class _RecordingTransaction:
+    """A transaction that logs BEGIN, COMMIT and ABORT, and fails where it is told to."""
+
+    def __init__(self, log: list, fail_at_send: int, fail_commit: bool) -> None:
+        self.log = log
+        self.fail_at_send = fail_at_send
+        self.fail_commit = fail_commit
+
+    async def __aenter__(self) -> "_RecordingTransaction":
+        self.log.append("begin")
+        return self
+
+    async def send(self, destination: str, body: bytes, headers: dict) -> None:
+        self.log.append(f"send {headers['sf-seq']}")
+        if int(headers["sf-seq"]) == self.fail_at_send:
+            raise ConnectionError("connection lost")
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is not None:
+            self.log.append(("abort", exc))
+            return
+        self.log.append("commit")
+        if self.fail_commit:
+            raise ConnectionError("commit refused")
+
+
+class _RecordingClient:
+    def __init__(self, fail_at_send: int = -1, fail_commit_after: int = -1) -> None:
+        self.log: list = []
+        self.fail_at_send = fail_at_send
+        self.fail_commit_after = fail_commit_after
+
+    async def send(self, destination: str, body: bytes, headers: dict) -> None:
+        raise AssertionError("with transactions every message is sent in one")
+
+    def transaction(self, *, receipt: bool) -> _RecordingTransaction:
+        fail_commit = self.log.count("begin") == self.fail_commit_after
+        return _RecordingTransaction(self.log, self.fail_at_send, fail_commit)
+
+
+async def _send_in_transactions(client: _RecordingClient, count: int) -> "object":
+    from stompfast.loadgen.plan import plan_workers
+    from stompfast.loadgen.producer import ProducerState, send_all
+    from stompfast.loadgen.timeline import Recorder
+
+    config = LoadConfig(count=count, transaction_size=4, receipts=True)
+    (worker,) = plan_workers(config, "stomp://127.0.0.1:61613", ["/queue/a"], "run")
+    ps = ProducerState(worker.producers[0], 1)
+    with pytest.raises(ConnectionError):
+        await send_all(ps, client, 0, worker, Recorder(0, 10**9))
+    return ps
+
+
+@pytest.mark.anyio
+async def test_a_send_failing_in_a_transaction_aborts_it_and_counts_what_went_before() -> None:
+    client = _RecordingClient(fail_at_send=5)
+    ps = await _send_in_transactions(client, count=10)
+    *before, (what, exc) = client.log
+    assert before == ["begin", "send 0", "send 1", "send 2", "send 3", "commit", "begin", "send 4", "send 5"]
+    assert what == "abort" and isinstance(exc, ConnectionError) and str(exc) == "connection lost"
+    # messages 0..4 were handed to the client; only the first transaction's 4 were committed
+    assert (ps.sent, ps.confirmed, ps.by_dest) == (5, 4, [5])
+
+
+@pytest.mark.anyio
+async def test_a_failed_last_commit_is_raised_and_not_aborted_again() -> None:
+    client = _RecordingClient(fail_commit_after=1)
+    ps = await _send_in_transactions(client, count=6)
+    assert client.log == ["begin", "send 0", "send 1", "send 2", "send 3", "commit", "begin", "send 4", "send 5",
+                          "commit"]
+    assert (ps.sent, ps.confirmed) == (6, 4)
+
+
+# -- following a run (coordinator.py), no broker ---------------------------------------------------
+
+
+def test_the_drain_ends_when_all_arrived_no_consumer_is_left_or_nothing_new_came() -> None:
+    from stompfast.loadgen.coordinator import _Drain
+
+    drain = _Drain(timeout=2.0)
+    # the first call starts the timeout, a new message at 12.0 starts it again
+    assert not drain.over(10.0, 5, 10, consumers_alive=1)
+    assert not drain.over(11.5, 5, 10, consumers_alive=1)
+    assert not drain.over(12.0, 6, 10, consumers_alive=1)
+    assert not drain.over(14.0, 6, 10, consumers_alive=1)
+    assert drain.over(14.1, 6, 10, consumers_alive=1)
+    assert _Drain(timeout=2.0).over(0.0, 10, 10, consumers_alive=1)
+    assert _Drain(timeout=2.0).over(0.0, 3, 10, consumers_alive=0)
+
+
+def test_what_is_expected_counts_a_copy_per_consumer_on_a_topic() -> None:
+    from stompfast.loadgen.coordinator import _copies, _expected
+
+    destinations = ["/queue/a", "/topic/b"]
+    assert _copies(LoadConfig(consumers=3), destinations) == [1, 3]
+    assert _copies(LoadConfig(consumers=0), destinations) == [0, 0]
+    # two workers' producers: 5 messages to the queue, 1 to the topic
+    assert _expected([{"sent_by_dest": [2, 1]}, {"sent_by_dest": [3, 0]}], [1, 3]) == 5 + 3
+
+
+def test_live_progress_reports_rates_over_the_last_second_every_quarter_second() -> None:
+    from stompfast.loadgen.coordinator import _LiveProgress
+
+    seen = []
+    live = _LiveProgress(500.0, [], seen.append, t0=0)
+    live.update(100.0, [{"sent": 0, "received": 0}], None, last=False)
+    # 0.1 s after the last report: not reported
+    live.update(100.1, [{"sent": 50, "received": 0}], None, last=False)
+    live.update(100.5, [{"sent": 250, "received": 200, "errors": 1}], None, last=False)
+    # history older than a second is dropped: the rates are over 100.5 .. 101.6
+    live.update(101.6, [{"sent": 800, "received": 750, "confirmed": 3}], 900, last=False)
+    # the last report goes out however soon it comes
+    live.update(101.7, [{"sent": 800, "received": 800}], 900, last=True)
+    assert [(p.phase, p.sent, p.received, p.expected) for p in seen] == [
+        ("running", 0, 0, None), ("running", 250, 200, None), ("draining", 800, 750, 900),
+        ("draining", 800, 800, 900)]
+    assert (seen[0].send_rate, seen[1].send_rate, seen[1].receive_rate) == (0.0, 500.0, 400.0)
+    assert (seen[2].send_rate, seen[2].receive_rate) == pytest.approx((500.0, 500.0))
+    assert seen[1].errors == 1 and seen[2].confirmed == 3
+    assert all(p.target_rate == 500.0 and p.client_stats is None for p in seen)
+
+
 def test_bench_table_and_plot(tmp_path) -> None:
     pytest.importorskip("matplotlib")
     png = tmp_path / "run.png"
@@ -352,6 +562,28 @@ def test_bench_exits_1_when_messages_are_lost(capsys: pytest.CaptureFixture[str]
     doc = json.loads(out)
     assert doc["ok"] is False and doc["counts"]["errors"] >= 1
     assert "FAILED" in err
+
+
+def test_the_verdict_line_and_exit_code_of_each_outcome(capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+    import signal
+
+    from stompfast.cli.common import Status, Stopped
+    from stompfast.loadgen.command import _verdict
+
+    clean = loadgen.run(LoadConfig(count=200, receipts=True))
+    assert _verdict(clean, None, Status(), []) == 0
+    assert capsys.readouterr().err == (
+        "OK: 200 sent, 200 received, every message exactly once, all confirmed, no errors\n")
+    # a failure is said even with -q, with the secrets in its problems masked
+    failed = dataclasses.replace(clean, ok=False, problems=["refused by hunter22", "3 messages arrived more than once"])
+    assert _verdict(failed, None, Status(quiet=True), ["hunter22"]) == 1
+    assert capsys.readouterr().err == (
+        "stompfast bench: FAILED: refused by ***; 3 messages arrived more than once\n")
+    assert _verdict(failed, Stopped(signal.SIGTERM), Status(), []) == 143
+    err = capsys.readouterr().err
+    assert err.startswith("stompfast bench: terminated (SIGTERM) after ") and err.endswith(
+        " s: partial result: 200 sent, 200 received, 200 confirmed, 0 errors; every connection was closed cleanly\n")
 
 
 def test_bench_hints_at_the_extra_without_hdrhistogram() -> None:

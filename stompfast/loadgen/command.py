@@ -321,8 +321,38 @@ def _progress_line(p: Progress, with_stats: bool = False) -> str:
 
 def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
     """``stompfast bench``: run the load, print the result, exit 0 (clean) or 1 (lost messages, errors)."""
-    import json
+    _check_usage(args)
+    # --trace: OpenTelemetry and the exporter are there (each worker makes its own)
+    trace_setup(args.trace)
+    env_url = os.environ.get(ENV_URL) or None
+    in_process = not args.url and not env_url
+    conn = Connection(args)
+    ctx["secrets"] = conn.secrets
+    if not in_process:
+        ctx["url"] = conn.url
+    config = _load_config(args, conn, None if in_process else (args.url or env_url))
+    backend, backend_options = _loop_backend(args.loop)
+    status = Status(args.quiet)
+    target = "the in-process broker" if in_process else conn.url
+    status.info(f"stompfast bench: {_describe(config, config.destinations)}; against {target}", "dim")
+    result, caught = _run_with_progress(config, status, args.quiet, args.stats, backend, backend_options)
+    stopped = Stopped(caught[0]) if caught else None
+    if result is None:
+        # stopped before the load started, or by a second signal: there is nothing to report
+        assert stopped is not None
+        status.info(f"stompfast bench: {stopped.name} before a result: nothing was measured", "yellow")
+        return stopped.code
+    if stopped is not None:
+        result.interrupted = stopped.name
+    _print_result(result, args.json, conn.secrets)
+    if args.plot:
+        _plot(result, args.plot, status)
+    _print_notes(result, args.stats, status, conn.secrets)
+    return _verdict(result, stopped, status, conn.secrets)
 
+
+def _check_usage(args: argparse.Namespace) -> None:
+    """Refuse, before any I/O, what cannot run here: no hdrhistogram, --plot without matplotlib, two bodies."""
     try:
         histogram_class()
     except ImportError as exc:
@@ -331,23 +361,14 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
         raise UsageError(PLOT_HINT)
     if args.size is not None and args.body_file is not None:
         raise UsageError("give --size or --body-file, not both")
-    trace_setup(args.trace)  # --trace: OpenTelemetry and the exporter are there (each worker makes its own)
-    env_url = os.environ.get(ENV_URL) or None
-    in_process = not args.url and not env_url
-    conn = Connection(args)
-    ctx["secrets"] = conn.secrets
-    if not in_process:
-        ctx["url"] = conn.url
-    body = None
-    if args.body_file is not None:
-        try:
-            with open(args.body_file, "rb") as f:
-                body = f.read()
-        except OSError as exc:
-            raise Failure(f"cannot read {args.body_file}: {exc.strerror or exc}") from exc
+
+
+def _load_config(args: argparse.Namespace, conn: Connection, url: Optional[str]) -> LoadConfig:
+    """The run's :class:`LoadConfig` from the options, checked (``url`` None: the in-process broker)."""
+    body = _read_body(args.body_file) if args.body_file is not None else None
     warmup, warmup_messages = args.warmup
     config = LoadConfig(
-        url=None if in_process else (args.url or env_url),
+        url=url,
         login=conn.login,
         passcode=conn.passcode,
         virtual_host=conn.vhost,
@@ -380,15 +401,33 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
         config.validate()
     except ConfigurationError as exc:
         raise UsageError(str(exc)) from None
-    backend, backend_options = _loop_backend(args.loop)
-    status = Status(args.quiet)
-    target = "the in-process broker" if in_process else conn.url
-    status.info(f"stompfast bench: {_describe(config, config.destinations)}; against {target}", "dim")
+    return config
 
+
+def _read_body(path: str) -> bytes:
+    """``--body-file``: the bytes every message carries."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise Failure(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def _run_with_progress(
+    config: LoadConfig, status: Status, quiet: bool, stats: bool, backend: str, backend_options: Dict[str, Any],
+) -> Tuple[Optional[LoadResult], List[int]]:
+    """Run the load with its progress on stderr; return the result and the signal numbers caught.
+
+    The result is None when a signal stopped the run before the load started, or a
+    second signal cut it short. The progress is a live line on a terminal with rich,
+    otherwise a plain line a second (the first one a second into the run), and nothing
+    with ``quiet``.
+    """
     latest: List[Progress] = [Progress("connecting", 0.0)]
-    plain = not args.quiet and status.console is None
-    printed = [0.0]  # the first line after a second
-    live_stats = args.stats and isatty(sys.stderr)  # the metrics on the live line; in a log, only at the end
+    plain = not quiet and status.console is None
+    printed = [0.0]
+    # the clients' metrics go on the progress line on a terminal only; a log gets them once, at the end
+    live_stats = stats and isatty(sys.stderr)
 
     def on_progress(p: Progress) -> None:
         latest[0] = p
@@ -403,32 +442,47 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
                                backend_options=backend_options)
         except LoadInterrupted:
             result = None
-    stopped = Stopped(caught[0]) if caught else None
-    if result is None:  # stopped before the load started, or a second signal: nothing to report
-        assert stopped is not None
-        status.info(f"stompfast bench: {stopped.name} before a result: nothing was measured", "yellow")
-        return stopped.code
-    if stopped is not None:
-        result.interrupted = stopped.name
-    title = "stompfast bench: " + _describe(config, result.broker["destinations"])
+    return result, caught
+
+
+def _print_result(result: LoadResult, as_json: bool, secrets: Sequence[str]) -> None:
+    """The result on stdout: the JSON document (secrets masked), or the table under a title describing the run."""
+    import json
+
+    if as_json:
+        print(json.dumps(_masked(result.to_dict(), secrets), indent=2, allow_nan=False), flush=True)
+        return
+    title = "stompfast bench: " + _describe(result.config, result.broker["destinations"])
     if result.interrupted:
         title = f"stompfast bench [{result.interrupted}: partial result]: " + title[len("stompfast bench: "):]
-    if args.json:
-        print(json.dumps(_masked(result.to_dict(), conn.secrets), indent=2, allow_nan=False), flush=True)
-    else:
-        _print_table(result, title)
-    if args.plot:
-        try:
-            write_plot(result, args.plot)
-        except OSError as exc:
-            raise Failure(f"cannot write {args.plot}: {exc.strerror or exc}") from exc
-        status.info(f"plot written to {args.plot}", "dim")
+    _print_table(result, title)
+
+
+def _plot(result: LoadResult, path: str, status: Status) -> None:
+    """``--plot``: throughput and latency over time written to ``path``."""
+    try:
+        write_plot(result, path)
+    except OSError as exc:
+        raise Failure(f"cannot write {path}: {exc.strerror or exc}") from exc
+    status.info(f"plot written to {path}", "dim")
+
+
+def _print_notes(result: LoadResult, stats: bool, status: Status, secrets: Sequence[str]) -> None:
+    """The run's warnings on stderr, then with ``stats`` the clients' metrics.
+
+    The metrics are printed with -q too: they were asked for.
+    """
     for warning in result.warnings:
-        status.info(f"warning: {mask(warning, conn.secrets)}", "yellow")
-    if args.stats and result.client_stats:  # asked for: also with -q
+        status.info(f"warning: {mask(warning, secrets)}", "yellow")
+    if stats and result.client_stats:
         for line in stats_block(result.client_stats):
             status.info(line, force=True)
+
+
+def _verdict(result: LoadResult, stopped: Optional[Stopped], status: Status, secrets: Sequence[str]) -> int:
+    """The verdict's line on stderr, and the exit code: the signal's for a stopped run, else 0 when ``ok``, else 1."""
     c = result.counts
+    config = result.config
     if stopped is not None:
         status.info(
             f"stompfast bench: {stopped.name} after {result.elapsed:.1f} s: partial result: {c['sent']:,} sent,"
@@ -445,7 +499,7 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
             "green",
         )
         return EXIT_OK
-    text = "; ".join(mask(p, conn.secrets) for p in result.problems)
+    text = "; ".join(mask(p, secrets) for p in result.problems)
     print(f"stompfast bench: FAILED: {one_line(text, 1000)}", file=sys.stderr, flush=True)
     return EXIT_FAILURE
 
@@ -464,7 +518,8 @@ async def _run_stoppable(
     try:
         receiver = anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM)
         signals = receiver.__enter__()
-    except (NotImplementedError, ValueError, RuntimeError):  # no signal handlers here
+    # No signal handlers here
+    except (NotImplementedError, ValueError, RuntimeError):
         return await run_load(config, progress)
     result: Optional[LoadResult] = None
     try:

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
 from collections import deque
@@ -103,7 +102,8 @@ async def _coordinate(
                 views.append(WorkerView(spec, ProcessLink(process, parent)))
         try:
             result = await _drive(config, views, destinations, progress, stop)
-        except Exception as exc:  # raised as it is below, not wrapped in an exception group
+        # Raised as it is below, not wrapped in an exception group
+        except Exception as exc:
             error = exc
             tg.cancel_scope.cancel()
         except BaseException:
@@ -143,7 +143,8 @@ async def _clean_up(config: LoadConfig, url: str, destinations: List[str], serve
     """
     (queue,) = destinations
     if server is None:
-        return None  # nothing connected: nothing was declared
+        # Nothing connected: nothing was declared
+        return None
     if not is_rabbitmq(server):
         return (
             f"{queue} is left on the broker ({server}): it keeps a queue until it is deleted (or, for ActiveMQ,"
@@ -193,9 +194,26 @@ async def _drive(
     config: LoadConfig, views: List[WorkerView], destinations: List[str],
     progress: Optional[Callable[[Progress], Any]], stop: Optional[anyio.Event] = None,
 ) -> Dict[str, Any]:
+    """Drive the workers through a run: ready, go, run and drain (or be stopped), stop, final reports.
+
+    Returns what :func:`merge_results` needs besides the final reports: the timeline,
+    ``t0``, when the workers were told to stop (``stopped_wall``) and why (``interrupted``
+    by ``stop``, or ``drained`` True when every message arrived, False when the drain gave up).
+    """
     timeline = Timeline()
     state: Dict[str, Any] = {"timeline": timeline}
-    # 1. every worker connected and subscribed
+    await _until_ready(config, views, timeline, progress, stop)
+    state["t0"] = _go(views)
+    await _run_until_done(config, views, destinations, timeline, state, progress, stop)
+    await _until_final(views, timeline)
+    return state
+
+
+async def _until_ready(
+    config: LoadConfig, views: List[WorkerView], timeline: Timeline,
+    progress: Optional[Callable[[Progress], Any]], stop: Optional[anyio.Event],
+) -> None:
+    """Wait until every worker connected and subscribed; raise if one ended, took too long or ``stop`` was set."""
     deadline = time.monotonic() + 2 * config.connect_timeout + 60
     if progress is not None:
         progress(Progress("connecting", 0.0, target_rate=config.rate))
@@ -210,99 +228,173 @@ async def _drive(
         if stop is not None and stop.is_set():
             raise LoadInterrupted("stopped while connecting and subscribing: nothing was measured")
         await anyio.sleep(0.005)
-    # 2. go: a start time a little ahead, the same for every worker
+
+
+def _go(views: List[WorkerView]) -> int:
+    """Tell every worker to start at t0 and return t0 (wall-clock ns).
+
+    t0 is a little ahead, so that the "go" reaches every worker before it: they all start
+    at the same time. A worker in this event loop gets it at once; a process needs longer.
+    """
     lead = 0.005 if len(views) == 1 and isinstance(views[0].link, LocalLink) else 0.05
     t0 = time.time_ns() + int(lead * 1e9)
-    state["t0"] = t0
     for view in views:
         view.link.send(("go", t0))
-    copies = [config.consumers if is_fanout(d) else 1 for d in destinations]
-    if config.consumers == 0:
-        copies = [0] * len(destinations)
-    history: Deque[Tuple[float, int, int]] = deque()
-    producers_done_at: Optional[float] = None
-    last_distinct = -1
-    last_change = time.monotonic()
-    last_report = 0.0
-    stop_sent = False
-    stop_deadline = math.inf
+    return t0
+
+
+async def _run_until_done(
+    config: LoadConfig, views: List[WorkerView], destinations: List[str], timeline: Timeline,
+    state: Dict[str, Any], progress: Optional[Callable[[Progress], Any]], stop: Optional[anyio.Event],
+) -> None:
+    """Follow the run until the drain is over or ``stop`` is set, reporting progress; then tell the workers to stop.
+
+    Notes in ``state`` why it stopped: ``interrupted``, or ``drained``.
+    """
+    copies = _copies(config, destinations)
+    drain = _Drain(config.drain_timeout)
+    live = _LiveProgress(config.rate, views, progress, state["t0"])
     while True:
         await anyio.sleep(TICK / 2)
         for view in views:
             _receive(view, timeline)
-        if not stop_sent and stop is not None and stop.is_set():
+        if stop is not None and stop.is_set():
             # stopped from outside (Ctrl-C): no drain; what arrived so far is counted
-            for view in views:
-                view.link.send(("stop",))
-            stop_sent = True
-            stop_deadline = time.monotonic() + 60
-            state["stopped_wall"] = time.time_ns()
+            _stop_workers(views, state)
             state["interrupted"] = True
-        if stop_sent:
-            if all(v.final is not None for v in views):
-                break
-            for view in views:
-                if view.final is None and not view.link.alive():
-                    _receive(view, timeline)
-                    if view.final is None:
-                        raise RuntimeError(f"load generator worker {view.spec.worker} ended without a result")
-            if time.monotonic() > stop_deadline:
-                raise TimeoutError("the load generator's workers did not stop in time")
-            continue
+            return
         mono = time.monotonic()
         snaps = [v.progress for v in views]
-        sent = sum(s.get("sent", 0) for s in snaps)
-        received = sum(s.get("received", 0) for s in snaps)
-        distinct = sum(s.get("distinct", 0) for s in snaps)
         done = all(s.get("producers_done", False) for s in snaps if s) and all(snaps)
-        expected = None
-        if done:
-            by_dest = [0] * len(destinations)
-            for s in snaps:
-                for d, n in enumerate(s["sent_by_dest"]):
-                    by_dest[d] += n
-            expected = sum(n * c for n, c in zip(by_dest, copies))
-            if producers_done_at is None:
-                producers_done_at = mono
-                last_change = mono
-            if distinct != last_distinct:
-                last_distinct = distinct
-                last_change = mono
-            alive = sum(s.get("consumers_alive", 0) for s in snaps)
-            if distinct >= expected or alive == 0 or mono - last_change > config.drain_timeout:
-                for view in views:
-                    view.link.send(("stop",))
-                stop_sent = True
-                stop_deadline = mono + 60
-                state["stopped_wall"] = time.time_ns()
+        expected = _expected(snaps, copies) if done else None
+        over = False
+        if expected is not None:
+            distinct = sum(s.get("distinct", 0) for s in snaps)
+            if drain.over(mono, distinct, expected, sum(s.get("consumers_alive", 0) for s in snaps)):
+                _stop_workers(views, state)
                 state["drained"] = distinct >= expected
+                over = True
+        _check_running(views, timeline)
+        live.update(mono, snaps, expected, last=over)
+        if over:
+            return
+
+
+async def _until_final(views: List[WorkerView], timeline: Timeline) -> None:
+    """Wait for every worker's final report, once they were told to stop.
+
+    Raises if a worker ended without one, or if they took longer than 60 s.
+    """
+    deadline = time.monotonic() + 60
+    while not all(v.final is not None for v in views):
         for view in views:
-            if view.ready is not None and not view.link.alive() and view.final is None:
+            if view.final is None and not view.link.alive():
                 _receive(view, timeline)
                 if view.final is None:
-                    raise RuntimeError(f"load generator worker {view.spec.worker} ended unexpectedly")
-        history.append((mono, sent, received))
-        while len(history) > 2 and mono - history[0][0] > 1.0:
-            history.popleft()
-        if progress is not None and (mono - last_report >= 0.25 or stop_sent):
-            last_report = mono
-            t_old, s_old, r_old = history[0]
-            span = mono - t_old
-            latest = [v.client_stats for v in views if v.client_stats is not None]
-            progress(Progress(
-                "draining" if done else "running",
-                max(0.0, (time.time_ns() - t0) / 1e9),
-                sent=sent,
-                confirmed=sum(s.get("confirmed", 0) for s in snaps),
-                received=received,
-                expected=expected,
-                errors=sum(s.get("errors", 0) for s in snaps),
-                send_rate=(sent - s_old) / span if span > 0 else 0.0,
-                receive_rate=(received - r_old) / span if span > 0 else 0.0,
-                target_rate=config.rate,
-                client_stats=merge_records(latest) if latest else None,
-            ))
-    return state
+                    raise RuntimeError(f"load generator worker {view.spec.worker} ended without a result")
+        if time.monotonic() > deadline:
+            raise TimeoutError("the load generator's workers did not stop in time")
+        await anyio.sleep(TICK / 2)
+        for view in views:
+            _receive(view, timeline)
+
+
+def _stop_workers(views: List[WorkerView], state: Dict[str, Any]) -> None:
+    """Tell every worker to stop, and note when in ``state["stopped_wall"]`` (wall-clock ns)."""
+    for view in views:
+        view.link.send(("stop",))
+    state["stopped_wall"] = time.time_ns()
+
+
+def _check_running(views: List[WorkerView], timeline: Timeline) -> None:
+    """Raise if a worker that got ready has ended without a final report."""
+    for view in views:
+        if view.ready is not None and not view.link.alive() and view.final is None:
+            _receive(view, timeline)
+            if view.final is None:
+                raise RuntimeError(f"load generator worker {view.spec.worker} ended unexpectedly")
+
+
+def _copies(config: LoadConfig, destinations: List[str]) -> List[int]:
+    """How many times a message sent to each destination is due: once per consumer on a fan-out one, else once."""
+    if config.consumers == 0:
+        return [0] * len(destinations)
+    return [config.consumers if is_fanout(d) else 1 for d in destinations]
+
+
+def _expected(snaps: List[Dict[str, Any]], copies: List[int]) -> int:
+    """The messages due at the consumers: what the producers sent to each destination, times its ``copies``."""
+    by_dest = [0] * len(copies)
+    for s in snaps:
+        for d, n in enumerate(s["sent_by_dest"]):
+            by_dest[d] += n
+    return sum(n * c for n, c in zip(by_dest, copies))
+
+
+class _Drain:
+    """The drain, once the producers are done: it is over when nothing more can be waited for."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.last_distinct = -1
+        self.last_change = 0.0
+
+    def over(self, mono: float, distinct: int, expected: int, consumers_alive: int) -> bool:
+        """Whether the drain is over at ``mono`` (monotonic s).
+
+        It is when every expected message arrived, when no consumer is left, or when no
+        new one arrived for ``timeout`` s: the first call starts that timeout, and every
+        new distinct message starts it again.
+        """
+        if distinct != self.last_distinct:
+            self.last_distinct = distinct
+            self.last_change = mono
+        return distinct >= expected or consumers_alive == 0 or mono - self.last_change > self.timeout
+
+
+class _LiveProgress:
+    """The :class:`Progress` handed to the ``progress`` callback: rates over about the last second, every 0.25 s."""
+
+    def __init__(
+        self, target_rate: Optional[float], views: List[WorkerView], progress: Optional[Callable[[Progress], Any]],
+        t0: int,
+    ) -> None:
+        self.target_rate = target_rate
+        self.views = views
+        self.progress = progress
+        self.t0 = t0
+        self.history: Deque[Tuple[float, int, int]] = deque()
+        self.last_report = 0.0
+
+    def update(self, mono: float, snaps: List[Dict[str, Any]], expected: Optional[int], last: bool) -> None:
+        """Note the workers' counts at ``mono`` (monotonic s); report when one is due or this is the ``last``.
+
+        ``expected`` is None until the producers are done, then the run is draining.
+        """
+        sent = sum(s.get("sent", 0) for s in snaps)
+        received = sum(s.get("received", 0) for s in snaps)
+        self.history.append((mono, sent, received))
+        while len(self.history) > 2 and mono - self.history[0][0] > 1.0:
+            self.history.popleft()
+        if self.progress is None or not (mono - self.last_report >= 0.25 or last):
+            return
+        self.last_report = mono
+        t_old, s_old, r_old = self.history[0]
+        span = mono - t_old
+        latest = [v.client_stats for v in self.views if v.client_stats is not None]
+        self.progress(Progress(
+            "draining" if expected is not None else "running",
+            max(0.0, (time.time_ns() - self.t0) / 1e9),
+            sent=sent,
+            confirmed=sum(s.get("confirmed", 0) for s in snaps),
+            received=received,
+            expected=expected,
+            errors=sum(s.get("errors", 0) for s in snaps),
+            send_rate=(sent - s_old) / span if span > 0 else 0.0,
+            receive_rate=(received - r_old) / span if span > 0 else 0.0,
+            target_rate=self.target_rate,
+            client_stats=merge_records(latest) if latest else None,
+        ))
 
 
 def run(

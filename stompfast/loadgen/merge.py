@@ -23,7 +23,8 @@ from .timeline import Timeline, max_present, min_present
 def _popcount(value: int) -> int:
     try:
         return value.bit_count()
-    except AttributeError:  # Python 3.9
+    # Python 3.9
+    except AttributeError:
         return bin(value).count("1")
 
 
@@ -31,80 +32,179 @@ def merge_results(
     config: LoadConfig, views: List[WorkerView], destinations: List[str], state: Dict[str, Any],
     url: str, in_process: bool, backend_label: str, started_at: str,
 ) -> LoadResult:
+    """The run's :class:`LoadResult`: the workers' final reports in ``views`` merged, and the verdict.
+
+    ``state`` is what the coordinator recorded while it drove the run: the timeline,
+    ``t0``, and when and how the run stopped (``stopped_wall``, ``interrupted``, ``drained``).
+    """
     finals = [v.final for v in views if v.final is not None]
-    consumers = config.consumers
+    counts = _merge_counts(finals, destinations, config.consumers)
+    error_texts = [text for f in finals for text in f["error_texts"]]
+    warnings = [f["close_warning"] for f in finals if f.get("close_warning")]
+    if counts["unexpected"]:
+        warnings.append(f"{counts['unexpected']} messages not sent by this run arrived"
+                        " (leftovers in a reused destination?)")
+    problems = _problems(config, state, counts, error_texts)
+    timeline: Timeline = state["timeline"]
+    total = _latency(timeline)
+    t0 = state["t0"]
+    end = state.get("stopped_wall", time.time_ns())
+    return LoadResult(
+        config=config,
+        ok=not problems,
+        problems=problems,
+        warnings=warnings,
+        counts=counts,
+        rates=_rates(config, finals),
+        latency_us=percentiles(total),
+        send_lag_us=percentiles(_send_lag(finals)),
+        timeline=_timeline_rows(config, timeline, t0, end),
+        errors=error_texts,
+        broker=_broker(views, url, in_process, destinations),
+        versions=_versions(backend_label),
+        machine=_machine(),
+        started_at=started_at,
+        elapsed=(end - t0) / 1e9,
+        histogram=total,
+        client_stats=merge_records(f["client_stats"] for f in finals if f.get("client_stats")),
+    )
+
+
+def _merge_counts(finals: List[Dict[str, Any]], destinations: List[str], consumers: int) -> Dict[str, int]:
+    """The run's message counts (``LoadResult.counts``) from the workers' final reports.
+
+    Each is a sum over the workers, except ``distinct`` and ``missing``, which come from
+    the bitmaps OR-ed over them, and ``duplicates``, what arrived beyond ``distinct``.
+    """
     fanout = [is_fanout(d) for d in destinations]
-    # sent per producer and destination
+    sent_by = _sent_by_producer(finals)
+    by_dest = [sum(counts[d] for counts in sent_by.values()) for d in range(len(destinations))]
+    groups = _due_groups(fanout, consumers)
+    distinct, missing = _distinct_and_missing(finals, groups, sent_by)
+    received_in_groups = sum(f["received_by_group"].get(group, 0) for group, _ in groups for f in finals)
+    expected = sum(n * (consumers if fanout[d] else 1) for d, n in enumerate(by_dest)) if consumers else 0
+    return {
+        "sent": sum(by_dest),
+        "confirmed": sum(f["confirmed"] for f in finals),
+        "expected": expected,
+        "received": sum(f["received"] for f in finals),
+        "distinct": distinct,
+        "duplicates": received_in_groups - distinct,
+        "missing": missing,
+        "unexpected": sum(f["unexpected"] for f in finals),
+        "errors": sum(f["errors"] for f in finals),
+        "warmup_sent": sum(f["warmup_sent"] for f in finals),
+        "warmup_received": sum(f["warmup_received"] for f in finals),
+    }
+
+
+def _sent_by_producer(finals: List[Dict[str, Any]]) -> Dict[str, List[int]]:
+    """Producer key -> messages it sent to each destination; each producer runs in exactly one worker."""
     sent_by: Dict[str, List[int]] = {}
     for f in finals:
         sent_by.update(f["sent_by"])
-    by_dest = [sum(counts[d] for counts in sent_by.values()) for d in range(len(destinations))]
-    sent = sum(by_dest)
-    # every group a message is due in, with its bitmaps OR-ed over the workers
+    return sent_by
+
+
+def _due_groups(fanout: List[bool], consumers: int) -> List[Tuple[str, int]]:
+    """Every group a message is due in, with its destination's index.
+
+    A queue's consumers share one group; on a fan-out destination each consumer is a
+    group of its own. With no consumers nothing is due anywhere.
+    """
     groups: List[Tuple[str, int]] = []
-    for d in range(len(destinations)):
-        if consumers == 0:
-            continue
+    if consumers == 0:
+        return groups
+    for d in range(len(fanout)):
         if fanout[d]:
             groups.extend((group_name(d, True, c), d) for c in range(consumers))
         else:
             groups.append((group_name(d, False, 0), d))
+    return groups
+
+
+def _distinct_and_missing(
+    finals: List[Dict[str, Any]], groups: List[Tuple[str, int]], sent_by: Dict[str, List[int]],
+) -> Tuple[int, int]:
+    """Messages that arrived at least once, and those that never did, over every due group.
+
+    A group's consumers may run in different workers, so each producer's bitmaps of
+    sequence numbers are OR-ed over the workers first; bits at or above what the
+    producer sent to that destination are not counted.
+    """
     distinct = missing = 0
-    received_in_groups = 0
     for group, d in groups:
         merged: Dict[str, int] = {}
         for f in finals:
             for key, bitmap in f["seen"].get(group, {}).items():
                 merged[key] = merged.get(key, 0) | int.from_bytes(bitmap, "little")
-            received_in_groups += f["received_by_group"].get(group, 0)
         for key, sent_counts in sent_by.items():
             due = sent_counts[d]
-            bits = merged.get(key, 0) & ((1 << due) - 1)
-            got = _popcount(bits)
+            got = _popcount(merged.get(key, 0) & ((1 << due) - 1))
             distinct += got
             missing += due - got
-    expected = sum(n * (consumers if fanout[d] else 1) for d, n in enumerate(by_dest)) if consumers else 0
-    received = sum(f["received"] for f in finals)
-    unexpected = sum(f["unexpected"] for f in finals)
-    duplicates = received_in_groups - distinct
-    confirmed = sum(f["confirmed"] for f in finals)
-    error_count = sum(f["errors"] for f in finals)
-    error_texts: List[str] = []
-    for f in finals:
-        error_texts.extend(f["error_texts"])
-    warnings: List[str] = []
-    for f in finals:
-        if f.get("close_warning"):
-            warnings.append(f["close_warning"])
-    # latency: the sum of the intervals' histograms; rates over the measured part
-    timeline: Timeline = state["timeline"]
+    return distinct, missing
+
+
+def _problems(config: LoadConfig, state: Dict[str, Any], counts: Dict[str, int], error_texts: List[str]) -> List[str]:
+    """What went wrong in the run, one sentence each: the verdict is ``ok`` when there is none."""
+    sent, confirmed, expected = counts["sent"], counts["confirmed"], counts["expected"]
+    missing, duplicates, error_count = counts["missing"], counts["duplicates"], counts["errors"]
+    problems: List[str] = []
+    if state.get("interrupted"):
+        problems.append(f"interrupted after {(state['stopped_wall'] - state['t0']) / 1e9:.1f} s: a partial result")
+    if missing and state.get("interrupted"):
+        # stopped at once, without a drain: these were in flight or queued in the broker
+        problems.append(f"{missing} of {expected} expected messages had not arrived when the run was stopped")
+    elif missing:
+        how = "nothing arrived for" if state.get("drained") is False else "after"
+        problems.append(f"{missing} of {expected} expected messages never arrived ({how} the"
+                        f" {config.drain_timeout:g} s drain timeout)")
+    if duplicates:
+        problems.append(f"{duplicates} messages arrived more than once")
+    if error_count:
+        problems.append(f"{error_count} error{'s' if error_count != 1 else ''}: " + "; ".join(error_texts[:3]))
+    if config.receipts and confirmed < sent and not error_count:
+        problems.append(f"only {confirmed} of {sent} messages were confirmed by a receipt")
+    if sent == 0:
+        problems.append("no message was sent")
+    return problems
+
+
+def _latency(timeline: Timeline) -> Any:
+    """The run's end-to-end latency histogram: the sum of the intervals' histograms."""
     total = new_histogram()
     for row in timeline.rows.values():
         if row[5] is not None:
             total.add(row[5])
+    return total
+
+
+def _send_lag(finals: List[Dict[str, Any]]) -> Any:
+    """The producers' lag behind their schedule, summed over the workers; None when none recorded any.
+
+    Only a producer sending at a fixed rate has a schedule to fall behind.
+    """
     lag = None
     for f in finals:
         if f["lag"] is not None:
             if lag is None:
                 lag = new_histogram()
             lag.add(histogram_class().decode(f["lag"]))
+    return lag
+
+
+def _rates(config: LoadConfig, finals: List[Dict[str, Any]]) -> Dict[str, Optional[float]]:
+    """``LoadResult.rates``: the target, and the send and receive rates over the measured part of the run only."""
     times = [f["times"] for f in finals]
     send_first = min_present(t["send_first"] for t in times)
     send_last = max_present(t["send_last"] for t in times)
     recv_first = min_present(t["receive_first"] for t in times)
     recv_last = max_present(t["receive_last"] for t in times)
-    measured_sent = sum(f["measured_sent"] for f in finals)
-    measured_received = sum(f["measured_received"] for f in finals)
+    send_rate = _per_second(sum(f["measured_sent"] for f in finals), send_first, send_last)
+    receive_rate = _per_second(sum(f["measured_received"] for f in finals), recv_first, recv_last)
     size = len(config.body) if config.body is not None else config.size
-
-    def rate(n: int, first: Optional[int], last: Optional[int]) -> Optional[float]:
-        if not n or first is None or last is None or last <= first:
-            return None
-        return round(n / ((last - first) / 1e9), 1)
-
-    send_rate = rate(measured_sent, send_first, send_last)
-    receive_rate = rate(measured_received, recv_first, recv_last)
-    rates: Dict[str, Optional[float]] = {
+    return {
         "target_msgs_per_s": config.rate,
         "send_msgs_per_s": send_rate,
         "receive_msgs_per_s": receive_rate,
@@ -113,8 +213,17 @@ def merge_results(
         "send_seconds": round((send_last - send_first) / 1e9, 6) if send_first and send_last else None,
         "receive_seconds": round((recv_last - recv_first) / 1e9, 6) if recv_first and recv_last else None,
     }
-    t0 = state["t0"]
-    end = state.get("stopped_wall", time.time_ns())
+
+
+def _per_second(n: int, first: Optional[int], last: Optional[int]) -> Optional[float]:
+    """``n`` messages between the wall-clock ns ``first`` and ``last``, per second; None without a span."""
+    if not n or first is None or last is None or last <= first:
+        return None
+    return round(n / ((last - first) / 1e9), 1)
+
+
+def _timeline_rows(config: LoadConfig, timeline: Timeline, t0: int, end: int) -> List[Dict[str, Any]]:
+    """One row per interval from ``t0``, empty ones included; the last one ends at ``end`` (wall-clock ns)."""
     interval_ns = int(config.interval * 1e9)
     rows = []
     last_index = max(timeline.rows) if timeline.rows else -1
@@ -135,66 +244,19 @@ def merge_results(
             "receive_rate": round(r / seconds, 1),
             "latency_us": {k: pct[k] for k in ("p50", "p90", "p99", "max")} if pct else None,
         })
-    counts = {
-        "sent": sent,
-        "confirmed": confirmed,
-        "expected": expected,
-        "received": received,
-        "distinct": distinct,
-        "duplicates": duplicates,
-        "missing": missing,
-        "unexpected": unexpected,
-        "errors": error_count,
-        "warmup_sent": sum(f["warmup_sent"] for f in finals),
-        "warmup_received": sum(f["warmup_received"] for f in finals),
-    }
-    problems: List[str] = []
-    if state.get("interrupted"):
-        problems.append(f"interrupted after {(state['stopped_wall'] - state['t0']) / 1e9:.1f} s: a partial result")
-    if missing and state.get("interrupted"):
-        # stopped at once, without a drain: these were in flight or queued in the broker
-        problems.append(f"{missing} of {expected} expected messages had not arrived when the run was stopped")
-    elif missing:
-        how = "nothing arrived for" if state.get("drained") is False else "after"
-        problems.append(f"{missing} of {expected} expected messages never arrived ({how} the"
-                        f" {config.drain_timeout:g} s drain timeout)")
-    if duplicates:
-        problems.append(f"{duplicates} messages arrived more than once")
-    if error_count:
-        problems.append(f"{error_count} error{'s' if error_count != 1 else ''}: " + "; ".join(error_texts[:3]))
-    if config.receipts and confirmed < sent and not error_count:
-        problems.append(f"only {confirmed} of {sent} messages were confirmed by a receipt")
-    if unexpected:
-        warnings.append(f"{unexpected} messages not sent by this run arrived (leftovers in a reused destination?)")
-    if sent == 0:
-        problems.append("no message was sent")
+    return rows
+
+
+def _broker(views: List[WorkerView], url: str, in_process: bool, destinations: List[str]) -> Dict[str, Any]:
+    """``LoadResult.broker``: where the run went (the URL masked) and what the broker said it was."""
     ready = next((v.ready for v in views if v.ready), {}) or {}
-    broker = {
+    return {
         "url": mask(url),
         "in_process": in_process,
         "server": ready.get("server"),
         "stomp_version": ready.get("version"),
         "destinations": list(destinations),
     }
-    return LoadResult(
-        config=config,
-        ok=not problems,
-        problems=problems,
-        warnings=warnings,
-        counts=counts,
-        rates=rates,
-        latency_us=percentiles(total),
-        send_lag_us=percentiles(lag),
-        timeline=rows,
-        errors=error_texts,
-        broker=broker,
-        versions=_versions(backend_label),
-        machine=_machine(),
-        started_at=started_at,
-        elapsed=(end - t0) / 1e9,
-        histogram=total,
-        client_stats=merge_records(f["client_stats"] for f in finals if f.get("client_stats")),
-    )
 
 
 def _versions(backend: str) -> Dict[str, Any]:

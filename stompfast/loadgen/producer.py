@@ -5,16 +5,17 @@ from __future__ import annotations
 import sys
 import time
 from collections import deque
-from typing import Any, Deque, Dict, Optional
+from typing import Any, Callable, Deque, Dict, Optional, Tuple
 
 import anyio
 
-from .config import H_PRODUCER, H_SEQ, H_TS, H_WARMUP
+from .config import H_PRODUCER, H_SEQ, H_TS, H_WARMUP, LoadConfig
 from .histogram import MAX_LATENCY_US, new_histogram
 from .plan import ProducerSpec, WorkerSpec
 from .timeline import Recorder
 
-_BURST = 100  # closed loop: messages sent between two yields to the event loop
+# Closed loop: messages sent between two yields to the event loop
+_BURST = 100
 
 
 class ProducerState:
@@ -23,10 +24,12 @@ class ProducerState:
     def __init__(self, spec: ProducerSpec, destinations: int) -> None:
         self.spec = spec
         self.sent = 0
-        self.by_dest = [0] * destinations  # also the next sf-seq for each destination
+        # Also the next sf-seq for each destination
+        self.by_dest = [0] * destinations
         self.confirmed = 0
         self.warmup_sent = 0
-        self.first: Optional[int] = None  # wall ns of the first measured send
+        # Wall ns of the first measured send
+        self.first: Optional[int] = None
         self.last: Optional[int] = None
         self.measured = 0
         self.done = False
@@ -45,6 +48,8 @@ async def send_all(
     ``worker`` is the spec of the worker it runs in, ``rec`` that worker's recorder;
     ``queue_headers`` declare the run's own queue as its consumers do (RabbitMQ: auto-delete).
     """
+    # Everything the loop reads is a local variable of this function: a local is the
+    # cheapest read there is, and the loop reads them once or more per message.
     config = worker.config
     spec = ps.spec
     assert rec is not None
@@ -54,11 +59,10 @@ async def send_all(
     extra = {**(config.headers or {}), **(queue_headers or {})} or None
     key = spec.key
     quota = spec.quota if spec.quota is not None else sys.maxsize
-    _, duration = config.limits()
-    end = t0 + int(duration * 1e9) if duration is not None else sys.maxsize
-    warm_until = t0 + int(config.warmup * 1e9) if config.warmup else 0
+    end, warm_until = _deadlines(config, t0)
     warm_count = spec.warmup_messages
-    by_dest = ps.by_dest  # also the next sf-seq per destination
+    # the messages sent to each destination so far, which is also the next sf-seq of each
+    by_dest = ps.by_dest
     d = spec.first_destination
     send = client.send
     time_ns = time.time_ns
@@ -74,31 +78,15 @@ async def send_all(
     phase = spec.phase
     due = 0
     if rate:
-        step = 1e9 / rate
-        ps.lag = new_histogram()
-        lag_record = ps.lag.record_value
-        mono0 = time.monotonic_ns() + (t0 - time_ns())  # t0 on the monotonic clock
+        step, lag_record, mono0 = _start_schedule(ps, rate, t0)
     i = first_i = warm = 0
-    now = 0
-
-    def account() -> None:  # the burst's counters, once per burst (and on the way out)
-        n = i - first_i
-        if not n:
-            return
-        ps.sent = i
-        ps.warmup_sent += warm
-        rec.sent += n
-        measured = n - warm
-        if measured:
-            ps.measured += measured
-            if ps.first is None:
-                ps.first = burst_start
-            ps.last = now
-
+    # read on the way out too, even after a failure before the first burst
+    now = burst_start = 0
     try:
         while i < quota:
             if rate:
-                intended = int((i + phase) * step)  # ns after t0
+                # when message i is due, in ns after t0
+                intended = int((i + phase) * step)
                 if t0 + intended >= end:
                     break
                 mono = time.monotonic_ns()
@@ -119,7 +107,8 @@ async def send_all(
             while i < stop:
                 now = time_ns()
                 if rate:
-                    ts = t0 + int((i + phase) * step)  # the intended time is the stamp
+                    # the intended time is the stamp, so a producer that falls behind shows it as latency
+                    ts = t0 + int((i + phase) * step)
                     if ts >= end:
                         break
                     lag = (now - ts) // 1000
@@ -141,7 +130,8 @@ async def send_all(
                     while outstanding and outstanding[0].done():
                         receipt = outstanding.popleft()
                         if receipt.error is not None:
-                            await receipt  # raises it
+                            # awaiting a failed receipt raises its error
+                            await receipt
                         ps.confirmed += 1
                         rec.confirmed += 1
                     if len(outstanding) >= window:
@@ -161,35 +151,92 @@ async def send_all(
                 i += 1
                 if in_tx >= tx_size and tx is not None:
                     tx_obj, tx = tx, None
-                    await tx_obj.__aexit__(None, None, None)  # COMMIT (with a receipt when asked)
+                    # COMMIT, with a receipt when asked
+                    await tx_obj.__aexit__(None, None, None)
                     if receipts:
                         ps.confirmed += in_tx
                         rec.confirmed += in_tx
                     in_tx = 0
-            account()
+            _account(ps, rec, i, i - first_i, warm, burst_start, now)
             first_i = i
             warm = 0
             if now >= rec.next_boundary:
                 rec.roll(now)
-            if not rate or i < due:  # (caught up: the next turn sleeps anyway)
+            # yield to the event loop, unless an open-loop producer caught up: its next turn sleeps anyway
+            if not rate or i < due:
                 await checkpoint()
+        # cleared before the COMMIT: a failed COMMIT must not be aborted again below
+        tx_obj, tx = tx, None
+        await _commit_last_transaction(ps, rec, tx_obj, in_tx, receipts)
+        await _await_receipts(ps, rec, outstanding)
+    except BaseException as exc:
+        # what was handed to the client before the failure was sent
+        _account(ps, rec, i, i - first_i, warm, burst_start, now)
         if tx is not None:
-            tx_obj, tx = tx, None
-            await tx_obj.__aexit__(None, None, None)
-            if receipts:
-                ps.confirmed += in_tx
-                rec.confirmed += in_tx
-            in_tx = 0
-        while outstanding:
-            await outstanding.popleft()
-            ps.confirmed += 1
-            rec.confirmed += 1
-    except BaseException:
-        account()  # what was handed to the client before the failure was sent
-        if tx is not None:
-            with anyio.CancelScope(shield=True):
-                try:
-                    await tx.__aexit__(*sys.exc_info())
-                except Exception:
-                    pass
+            await _abort_transaction(tx, exc)
         raise
+
+
+def _deadlines(config: LoadConfig, t0: int) -> Tuple[int, int]:
+    """When the run's producers stop sending, and until when their messages are warm-up (wall-clock ns, 0: none)."""
+    _, duration = config.limits()
+    end = t0 + int(duration * 1e9) if duration is not None else sys.maxsize
+    warm_until = t0 + int(config.warmup * 1e9) if config.warmup else 0
+    return end, warm_until
+
+
+def _start_schedule(ps: ProducerState, rate: float, t0: int) -> Tuple[float, Callable[[int], bool], int]:
+    """Open loop: ns between two messages, the recorder of ``ps``'s new lag histogram, and t0 on the monotonic clock."""
+    ps.lag = new_histogram()
+    lag_record: Callable[[int], bool] = ps.lag.record_value
+    return 1e9 / rate, lag_record, time.monotonic_ns() + (t0 - time.time_ns())
+
+
+def _account(ps: ProducerState, rec: Recorder, sent: int, burst: int, warm: int, burst_start: int, now: int) -> None:
+    """Count a burst once its ``burst`` messages were handed to the client: ``sent`` is the producer's total so far.
+
+    ``warm`` of them were warm-up. The others are measured: the first measured burst's
+    ``burst_start`` is the producer's first measured send, the last one's ``now`` its
+    last (wall-clock ns).
+    """
+    if not burst:
+        return
+    ps.sent = sent
+    ps.warmup_sent += warm
+    rec.sent += burst
+    measured = burst - warm
+    if measured:
+        ps.measured += measured
+        if ps.first is None:
+            ps.first = burst_start
+        ps.last = now
+
+
+async def _commit_last_transaction(ps: ProducerState, rec: Recorder, tx: Any, in_tx: int, receipts: bool) -> None:
+    """COMMIT the transaction still open after the last message (None: there is none), with a receipt when asked."""
+    if tx is None:
+        return
+    await tx.__aexit__(None, None, None)
+    if receipts:
+        ps.confirmed += in_tx
+        rec.confirmed += in_tx
+
+
+async def _await_receipts(ps: ProducerState, rec: Recorder, outstanding: Deque[Any]) -> None:
+    """Wait for every receipt still outstanding after the last message, counting each as confirmed."""
+    while outstanding:
+        await outstanding.popleft()
+        ps.confirmed += 1
+        rec.confirmed += 1
+
+
+async def _abort_transaction(tx: Any, exc: BaseException) -> None:
+    """ABORT the transaction open when sending failed with ``exc``, shielded from cancellation.
+
+    A failure of the ABORT itself is dropped: ``exc``, the first failure, is what the caller raises.
+    """
+    with anyio.CancelScope(shield=True):
+        try:
+            await tx.__aexit__(type(exc), exc, exc.__traceback__)
+        except Exception:
+            pass
