@@ -132,21 +132,33 @@ class Inbox:
         self.log_frames = log_frames
         #: asyncio: frames are dispatched from data_received, no reader task (the one backend choice)
         self.push = isinstance(transport, AsyncioTransport)
-        self.closed = transport is None  # the connection ended: read and dispatch nothing more
-        self.closing = False  # our close is under way: an EOF is its end, not a loss
-        self.release = False  # (pull) the client failed for good: the reader frees the socket on its way out
-        self.paused_on: Optional[Inlet] = None  # the full inlet the reader waits for
-        self.stalled = False  # stopped for stall_timeout: new receipts fail at once
+        # The connection ended: read and dispatch nothing more
+        self.closed = transport is None
+        # Our close is under way: an EOF is its end, not a loss
+        self.closing = False
+        # (pull) the client failed for good: the reader frees the socket on its way out
+        self.release = False
+        # The full inlet the reader waits for
+        self.paused_on: Optional[Inlet] = None
+        # Stopped for stall_timeout: new receipts fail at once
+        self.stalled = False
         self.stall_handle: Any = None
         self.last_received = clock()
-        self.watching = False  # a liveness watch runs: note when we last read
+        # A liveness watch runs (the broker beats): note when we last read. Known
+        # from the session at once, before the watch's task first runs.
+        self.watching = transport is not None and protocol.heart_beat[1] > 0
         # counted here, added to the client's totals when the connection is replaced
         self.frames_in = 0
         self.bytes_in = 0
-        self.received_gone = 0  # messages for subscriptions that are gone or unknown
+        # Messages for subscriptions that are gone or unknown
+        self.received_gone = 0
         self.receipts_ok = 0
         self.receipts_failed = 0
         self.errors = 0
+
+    def expect_eof(self) -> None:
+        """Our close is under way: an EOF from now on ends it, it is not a loss."""
+        self.closing = True
 
     def close(self, *, release: bool = False) -> None:
         """The connection ended (or our close is done): dispatch nothing more; push mode: stop the stall timer.
@@ -164,19 +176,6 @@ class Inbox:
         if self.push:
             self.transport.close_now()  # type: ignore[union-attr]  # (push: an AsyncioTransport)
 
-    def drop(self) -> int:
-        """The connection is lost: not paused any more; client-ack buffers dropped (the broker redelivers them,
-        and acking them on a new session would be wrong); return how many messages that was."""
-        self.paused_on = None
-        self.stalled = False
-        dropped = 0
-        for sub in self.subs.values():
-            if sub.ack_mode != "auto" and sub.messages:
-                dropped += len(sub.messages)
-                sub.messages.clear()
-            sub.space = None
-        return dropped
-
     async def liveness(self, interval: float) -> None:
         """The liveness watch: ``on_failure(HeartbeatTimeout)`` after ``interval`` x tolerance of silence."""
         self.watching = True
@@ -189,7 +188,8 @@ class Inbox:
             if now < deadline:
                 await anyio.sleep(deadline - now)
                 continue
-            if self.paused_on is not None:  # we are not reading: silence proves nothing
+            # We are not reading: silence proves nothing
+            if self.paused_on is not None:
                 self.last_received = now
                 continue
             # The event loop may have been busy elsewhere: let a ready reader run first.
@@ -247,7 +247,8 @@ class Inbox:
                 self.on_failure(exc.with_traceback(None))
         finally:
             protocol.connection_lost()
-            if self.release:  # a dead connection: free the socket now
+            # A dead connection: free the socket now
+            if self.release:
                 with anyio.CancelScope(shield=True):
                     await transport.aclose()
 
@@ -375,13 +376,15 @@ class Inbox:
                 early = getattr(exc, "events", None)
                 if early:
                     self.dispatch_now(early)
-                self.on_failure(exc.with_traceback(None))  # its frames would keep the failed session alive
+                # Its frames would keep the failed session alive
+                self.on_failure(exc.with_traceback(None))
                 return
             if events:
                 full = self.dispatch_now(events)
                 if full and not self.closed:
                     self._pause_for(full[0])
-        except Exception as exc:  # a bug must reach the waiters, not asyncio's logger
+        # A bug must reach the waiters, not asyncio's logger
+        except Exception as exc:
             self.on_failure(exc)
 
     def on_eof(self, error: Optional[BaseException]) -> None:
@@ -395,7 +398,8 @@ class Inbox:
             elif not self.closed:
                 if error is not None:
                     lost = ConnectionLostError(f"connection to {self.peer} lost while reading: {describe_error(error)}")
-                    lost.__cause__ = error  # as `raise ... from` does on the pull path
+                    # As `raise ... from` does on the pull path
+                    lost.__cause__ = error
                     self.on_failure(lost)
                 else:
                     cut = " in the middle of a frame" if protocol.buffered else ""

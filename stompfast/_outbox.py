@@ -65,6 +65,8 @@ class Outbox:
             outbox was closed meanwhile.
         log_frames: called with ``(">", data)`` for every write while
             ``stompfast.frames`` is at DEBUG.
+        beating: a heart-beat sender will run (it also says so when it starts):
+            writes note their time from the start.
     """
 
     __slots__ = (
@@ -82,6 +84,7 @@ class Outbox:
         clock: Callable[[], float] = _no_clock,
         on_lost: Callable[[BaseException], Any] = _ignore,
         log_frames: Callable[[str, bytes], Any] = _no_log,
+        beating: bool = False,
     ) -> None:
         self.transport = transport
         #: encoded frames not yet written, in order (heart-beats are ``b"\n"``)
@@ -93,18 +96,23 @@ class Outbox:
         self.wakeup = anyio.Event()
         #: set (and dropped) when the queue is taken: senders waiting for room wait on it
         self.drained: Optional[anyio.Event] = None
-        self.writing = False  # the writer task is inside transport.send
-        self.beating = False  # a heart-beat sender runs: note when we last wrote
+        # The writer task is inside transport.send
+        self.writing = False
+        # A heart-beat sender runs: note when we last wrote.
+        self.beating = beating
         self.clock = clock
         self.last_sent = clock()
         self.closed = transport is None
         self.on_lost = on_lost
         self.log_frames = log_frames
         # counted here, added to the client's totals when the connection is replaced
-        self.entries_written = 0  # entries written (a frame each; heart-beat EOLs too)
+        # Entries written (a frame each; heart-beat EOLs too)
+        self.entries_written = 0
         self.bytes_out = 0
-        self.entries_dropped = 0  # entries dropped with a lost connection (heart-beats too)
-        self.frames_dropped = 0  # the same, frames only
+        # Entries dropped with a lost connection (heart-beats too)
+        self.entries_dropped = 0
+        # The same, frames only
+        self.frames_dropped = 0
         self.heartbeats = 0
 
     def queue(self, data: bytes) -> None:
@@ -196,9 +204,11 @@ class Outbox:
                     self.drained = anyio.Event()
                 await self.drained.wait()
             return
-        self.write_queued_now()  # asyncio: straight into the socket, no task switch
+        # asyncio: straight into the socket, no task switch
+        self.write_queued_now()
         if self.out:
-            await anyio.lowlevel.checkpoint()  # elsewhere, or a full socket: the writer's turn
+            # Elsewhere, or a full socket: the writer's turn
+            await anyio.lowlevel.checkpoint()
 
     async def writer(self) -> None:
         """The writer task: write the queue in one write whenever it is not empty; until closed."""
@@ -243,6 +253,11 @@ class Outbox:
             if not self.out and self.clock() - self.last_sent >= half:
                 self.heartbeats += 1
                 self.queue(b"\n")
+
+    def note_thread_write(self) -> None:
+        """A thread wrote a frame to the transport itself (``send_from_thread``): the heart-beat clock restarts."""
+        if self.beating:
+            self.last_sent = self.clock()
 
     def drop(self) -> int:
         """The connection is lost: drop what was never written; return how many frames that was."""

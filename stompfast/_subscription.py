@@ -27,7 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any, Awaitable, Callable, Deque, Dict, List, Optional
+from typing import Any, Awaitable, Callable, Deque, Dict, Iterable, List, Optional
 
 import anyio
 
@@ -35,8 +35,10 @@ from ._common import copy_error
 from ._protocol import PREFETCH_HEADERS, Message
 from .errors import ClientClosedError, ConfigurationError
 
-__all__ = ["AsyncSubscription", "DEFAULT_BUFFER_SIZE", "Inlet", "LiveSession", "LOOP_CHECK_INTERVAL", "SubscriptionOps",
-           "ThreadHandoff", "WaitTimeout"]
+__all__ = [
+    "AsyncSubscription", "DEFAULT_BUFFER_SIZE", "Inlet", "LiveSession", "LOOP_CHECK_INTERVAL", "SubscriptionOps",
+    "ThreadHandoff", "WaitTimeout", "drop_unacked",
+]
 
 #: Messages a subscription buffers before the reader stops reading.
 DEFAULT_BUFFER_SIZE = 1000
@@ -114,6 +116,21 @@ class Inlet:
         if self.space is not None:
             self.space.set()
             self.space = None
+
+
+def drop_unacked(inlets: Iterable[Inlet]) -> int:
+    """A connection was lost: drop what client-ack subscriptions buffered; return how many messages that was.
+
+    The broker redelivers those messages, and acking them on a new session
+    would be wrong. Every inlet also forgets the lost reader's wake-up.
+    """
+    dropped = 0
+    for sub in inlets:
+        if sub.ack_mode != "auto" and sub.messages:
+            dropped += len(sub.messages)
+            sub.messages.clear()
+        sub.space = None
+    return dropped
 
 
 class LiveSession:

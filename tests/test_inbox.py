@@ -206,14 +206,6 @@ async def test_a_full_inlet_stops_the_pull_reader_and_a_stall_fails_the_receipts
         tg.cancel_scope.cancel()
 
 
-async def test_dropping_clears_client_ack_buffers_and_the_pause():
-    h = Harness(buffer_size=5, ack="client")
-    h.inbox.dispatch_now(h.protocol.receive_data(message(1) + message(2)))
-    h.inbox.paused_on, h.inbox.stalled = h.inlet, True
-    assert h.inbox.drop() == 2
-    assert not h.inlet.messages and h.inbox.paused_on is None and not h.inbox.stalled
-
-
 async def test_the_liveness_watch_fails_the_link_after_the_tolerated_silence_only():
     h = Harness()
     with anyio.fail_after(WAIT):
