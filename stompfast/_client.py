@@ -621,21 +621,21 @@ class AsyncClient:
     async def send(
         self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
         headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
-        receipt: Literal[False] = ..., wait: bool = ...,
+        receipt: Literal[False] = ..., wait: bool = ..., content_length: bool = ...,
     ) -> None: ...
 
     @overload
     async def send(
         self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
         headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
-        receipt: Literal[True], wait: bool = ...,
+        receipt: Literal[True], wait: bool = ..., content_length: bool = ...,
     ) -> Receipt: ...
 
     @overload
     async def send(
         self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
         headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
-        receipt: bool = ..., wait: bool = ...,
+        receipt: bool = ..., wait: bool = ..., content_length: bool = ...,
     ) -> Optional[Receipt]: ...
 
     async def send(
@@ -647,6 +647,7 @@ class AsyncClient:
         content_type: Optional[str] = None,
         receipt: bool = False,
         wait: bool = True,
+        content_length: bool = True,
     ) -> Optional[Receipt]:
         """Send a message to ``destination``.
 
@@ -656,6 +657,9 @@ class AsyncClient:
         the call returns (it is written when the task next yields). With
         ``receipt=True`` the call returns once the broker confirmed the frame, or,
         with ``wait=False``, at once with the pending :class:`Receipt` (pipelining).
+        ``content_length=False`` leaves the ``content-length`` header out: ActiveMQ
+        and Artemis then deliver a JMS TextMessage instead of a BytesMessage
+        (docs/brokers.md); the body may not hold a NUL byte (LocalProtocolError).
 
         Raises:
             ServerError: the broker refused it (with ``receipt``).
@@ -665,11 +669,11 @@ class AsyncClient:
         if self._state is not OPEN:
             await self._ensure_open()
         link = self._link
-        if type(body) is bytes and headers is None and content_type is None and not receipt:
+        if type(body) is bytes and headers is None and content_type is None and not receipt and content_length:
             # the hot path: a plain SEND
             data = link.protocol.send_plain(destination, body)
         else:
-            data, receipt_id = self._encode_send(destination, body, headers, content_type, receipt)
+            data, receipt_id = self._encode_send(destination, body, headers, content_type, receipt, content_length)
             if receipt_id is not None:
                 return await self._send_receipted(data, receipt_id, wait)
         outbox = link.outbox
@@ -687,11 +691,13 @@ class AsyncClient:
 
     def _encode_send(
         self, destination: str, body: Any, headers: Optional[Mapping[str, Any]], content_type: Optional[str],
-        receipt: bool,
+        receipt: bool, content_length: bool = True,
     ) -> Tuple[bytes, Optional[str]]:
         """The SEND frame of :meth:`send` and its receipt id (the body rules are send's)."""
         body, content_type = body_bytes(body, content_type)
-        return self._link.protocol.send(destination, body, headers, content_type=content_type, receipt=receipt)
+        return self._link.protocol.send(
+            destination, body, headers, content_type=content_type, receipt=receipt, content_length=content_length
+        )
 
     async def _queue_when_room(self, data: bytes) -> None:
         """Queue ``data`` on the current connection's outbox, waiting first while it holds ``send_buffer_bytes``.
@@ -1020,7 +1026,10 @@ class AsyncClient:
                 f" redelivers unacknowledged messages, so this {command} was not sent"
             )
 
-    async def _ack(self, command: str, message: Message, transaction: Optional[str], receipt: bool) -> None:
+    async def _ack(
+        self, command: str, message: Message, transaction: Optional[str], receipt: bool,
+        headers: Optional[Mapping[str, Any]] = None,
+    ) -> None:
         self._check_stale(command, message)
         if self._state is not RECONNECTING:
             self._check_open()
@@ -1028,9 +1037,11 @@ class AsyncClient:
         # re-established subscriptions (a broker may deliver first): it is live, so
         # the ACK goes out on it; only a lost connection's messages are stale.
         if command == "ACK":
-            data, receipt_id = self._link.protocol.ack(message, transaction=transaction, receipt=receipt)
+            data, receipt_id = self._link.protocol.ack(message, transaction=transaction, receipt=receipt,
+                                                       headers=headers)
         else:
-            data, receipt_id = self._link.protocol.nack(message, transaction=transaction, receipt=receipt)
+            data, receipt_id = self._link.protocol.nack(message, transaction=transaction, receipt=receipt,
+                                                        headers=headers)
         pending = self._link.register(receipt_id) if receipt_id is not None else None
         await self._queue_when_room(data)
         if command == "ACK":
@@ -1041,14 +1052,18 @@ class AsyncClient:
             self._link.outbox.write_queued_now()
             await pending.wait()
 
-    async def ack(self, message: Message, *, receipt: bool = False) -> None:
+    async def ack(
+        self, message: Message, *, receipt: bool = False, headers: Optional[Mapping[str, Any]] = None
+    ) -> None:
         """Acknowledge ``message`` (same as ``await message.ack()``)."""
         # The async ack, whatever subclass the message is
-        await Message.ack(message, receipt=receipt)
+        await Message.ack(message, receipt=receipt, headers=headers)
 
-    async def nack(self, message: Message, *, receipt: bool = False) -> None:
+    async def nack(
+        self, message: Message, *, receipt: bool = False, headers: Optional[Mapping[str, Any]] = None
+    ) -> None:
         """Refuse ``message`` (same as ``await message.nack()``; STOMP 1.1+)."""
-        await Message.nack(message, receipt=receipt)
+        await Message.nack(message, receipt=receipt, headers=headers)
 
     def transaction(self, *, receipt: bool = True) -> "AsyncTransaction":
         """A transaction: ``async with client.transaction() as tx:``.

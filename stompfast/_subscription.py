@@ -27,7 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any, Awaitable, Callable, Deque, Dict, Iterable, List, Optional
+from typing import Any, Awaitable, Callable, Deque, Dict, Iterable, List, Mapping, Optional
 
 import anyio
 
@@ -156,7 +156,7 @@ class SubscriptionOps:
         self,
         subscribe: Callable[[Inlet], Awaitable[None]],
         unsubscribe: Callable[[Inlet, bool], Awaitable[None]],
-        ack: Callable[[str, Message, Optional[str], bool], Awaitable[None]],
+        ack: Callable[[str, Message, Optional[str], bool, Optional[Mapping[str, Any]]], Awaitable[None]],
         queue_ack: Callable[[Message], bool],
         check_ack: Callable[[Message, Inlet], None],
         live: LiveSession,
@@ -331,22 +331,26 @@ class AsyncSubscription:
 
     # -- ack / nack (Message.ack and Message.nack land here) -----------------------
 
-    async def ack_message(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False) -> None:
+    async def ack_message(
+        self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False,
+        headers: Optional[Mapping[str, Any]] = None,
+    ) -> None:
         """Acknowledge ``message``; in ``client`` mode this covers every earlier message too.
 
         STOMP: with ack mode client, "the ACK is cumulative"; acknowledging a
         message that an acknowledgement of a later one already covered is a no-op.
+        ``headers``: extra ACK headers for the broker.
         """
         client_mode = self.ack_mode == "client"
         if client_mode and message.seq <= self._acked:
             return
-        if not receipt and transaction is None and self._queue_ack(message):
+        if not receipt and transaction is None and not headers and self._queue_ack(message):
             if client_mode:
                 self._acked = message.seq
             return
         # Covered only once it was sent: a refused ACK (a stale message, a transaction
         # the broker does not honour) must not make a later ACK of the message a no-op.
-        await self._ops.ack("ACK", message, transaction, receipt)
+        await self._ops.ack("ACK", message, transaction, receipt, headers)
         if client_mode and message.seq > self._acked:
             self._acked = message.seq
 
@@ -369,12 +373,20 @@ class AsyncSubscription:
             return True
         return self._queue_ack(message)
 
-    async def nack_message(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False) -> None:
-        """Refuse ``message`` (the broker redelivers or dead-letters it); cumulative in ``client`` mode."""
+    async def nack_message(
+        self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False,
+        headers: Optional[Mapping[str, Any]] = None,
+    ) -> None:
+        """Refuse ``message`` (the broker redelivers or dead-letters it); cumulative in ``client`` mode.
+
+        ``headers``: extra NACK headers for the broker, e.g. RabbitMQ's ``{"requeue": "false"}``
+        to dead-letter the message (or drop it, without a dead-letter exchange) instead of
+        redelivering it.
+        """
         client_mode = self.ack_mode == "client"
         if client_mode and message.seq <= self._acked:
             return
-        await self._ops.ack("NACK", message, transaction, receipt)
+        await self._ops.ack("NACK", message, transaction, receipt, headers)
         if client_mode and message.seq > self._acked:
             self._acked = message.seq
 

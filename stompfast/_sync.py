@@ -378,21 +378,21 @@ class Client:
     def send(
         self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
         headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
-        receipt: Literal[False] = ..., wait: bool = ..., timeout: Optional[float] = ...,
+        receipt: Literal[False] = ..., wait: bool = ..., timeout: Optional[float] = ..., content_length: bool = ...,
     ) -> None: ...
 
     @overload
     def send(
         self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
         headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
-        receipt: Literal[True], wait: bool = ..., timeout: Optional[float] = ...,
+        receipt: Literal[True], wait: bool = ..., timeout: Optional[float] = ..., content_length: bool = ...,
     ) -> ReceiptFuture: ...
 
     @overload
     def send(
         self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
         headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
-        receipt: bool = ..., wait: bool = ..., timeout: Optional[float] = ...,
+        receipt: bool = ..., wait: bool = ..., timeout: Optional[float] = ..., content_length: bool = ...,
     ) -> Optional[ReceiptFuture]: ...
 
     def send(
@@ -405,12 +405,15 @@ class Client:
         receipt: bool = False,
         wait: bool = True,
         timeout: Optional[float] = None,
+        content_length: bool = True,
     ) -> Optional[ReceiptFuture]:
         """Send a message to ``destination`` (body rules as :meth:`AsyncClient.send`).
 
         Without ``receipt`` the frame is queued and the call returns. With
         ``receipt=True`` it returns a confirmed :class:`ReceiptFuture` once the
         broker confirmed the frame, or with ``wait=False`` at once, pending.
+        ``content_length=False``: as :meth:`AsyncClient.send` (a JMS TextMessage on
+        ActiveMQ and Artemis; the call returns once the frame is queued in the loop).
 
         Raises:
             ReceiptTimeout: ``receipt`` and no RECEIPT within ``timeout`` (the
@@ -419,27 +422,38 @@ class Client:
             ServerError, ConnectionLostError, LocalProtocolError: as AsyncClient.send.
         """
         timeout = check_timeout(timeout)
-        if not receipt:
+        if not receipt and content_length:
             self._outbox.queue_send(destination, body, headers, content_type, timeout)
             return None
         # Keep the order of sends made from this client
         self._outbox.wait_written(timeout)
+        if not receipt:
+            # content_length=False: the queued fast path always writes a length
+            send = functools.partial(
+                self._async.send, destination, body, headers=headers, content_type=content_type, content_length=False
+            )
+            self._loop.call(send, timeout, timeout_error(StompTimeout, "SEND not queued", timeout))
+            return None
 
         # Built only when it happens (this is the hot path)
         def on_timeout() -> BaseException:
             return ReceiptTimeout(f"no RECEIPT for the SEND to {destination!r} within {timeout:g} s", timeout=timeout)
 
         if wait:
-            confirmed = self._send_and_wait(destination, body, headers, content_type, timeout, on_timeout)
-            # It would have had to wait in the loop (reconnecting, buffer full): a task
+            confirmed = None
+            if content_length:
+                confirmed = self._send_and_wait(destination, body, headers, content_type, timeout, on_timeout)
+            # It would have had to wait in the loop (reconnecting, buffer full), or it has no length: a task
             if confirmed is None:
                 send = functools.partial(
-                    self._async.send, destination, body, headers=headers, content_type=content_type, receipt=True
+                    self._async.send, destination, body, headers=headers, content_type=content_type, receipt=True,
+                    content_length=content_length,
                 )
                 confirmed = self._loop.call(send, timeout, on_timeout)
             return confirmed_future(confirmed)
         send = functools.partial(
-            self._async.send, destination, body, headers=headers, content_type=content_type, receipt=True, wait=False
+            self._async.send, destination, body, headers=headers, content_type=content_type, receipt=True, wait=False,
+            content_length=content_length,
         )
         ready: "concurrent.futures.Future[ReceiptFuture]" = concurrent.futures.Future()
         task = self._loop.spawn(send_pipelined, send, timeout, on_timeout, ready, self._outstanding)
@@ -588,18 +602,24 @@ class Client:
             worker.start()
         return subscription
 
-    def ack(self, message: Message, *, receipt: bool = False, timeout: Optional[float] = None) -> None:
+    def ack(
+        self, message: Message, *, receipt: bool = False, timeout: Optional[float] = None,
+        headers: Optional[Mapping[str, Any]] = None,
+    ) -> None:
         """Acknowledge ``message`` (same as ``message.ack()``)."""
         self._loop.call(
-            functools.partial(self._async.ack, message, receipt=receipt),
+            functools.partial(self._async.ack, message, receipt=receipt, headers=headers),
             check_timeout(timeout),
             timeout_error(ReceiptTimeout if receipt else StompTimeout, "ACK not confirmed", timeout),
         )
 
-    def nack(self, message: Message, *, receipt: bool = False, timeout: Optional[float] = None) -> None:
-        """Refuse ``message`` (same as ``message.nack()``; STOMP 1.1+)."""
+    def nack(
+        self, message: Message, *, receipt: bool = False, timeout: Optional[float] = None,
+        headers: Optional[Mapping[str, Any]] = None,
+    ) -> None:
+        """Refuse ``message`` (same as ``message.nack()``; STOMP 1.1+); ``headers``: extra NACK headers."""
         self._loop.call(
-            functools.partial(self._async.nack, message, receipt=receipt),
+            functools.partial(self._async.nack, message, receipt=receipt, headers=headers),
             check_timeout(timeout),
             timeout_error(ReceiptTimeout if receipt else StompTimeout, "NACK not confirmed", timeout),
         )
