@@ -51,6 +51,7 @@ and :class:`~stompfast._transaction.TransactionOps`.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 import threading
@@ -59,6 +60,7 @@ from time import monotonic
 from typing import (
     TYPE_CHECKING,
     Any,
+    Awaitable,
     Callable,
     Dict,
     Iterable,
@@ -79,7 +81,9 @@ import sniffio
 
 from ._common import RETRYABLE, body_bytes, conn_log, copy_error, log, where
 from ._config import Endpoint, check_positive
+from ._consumer import AsyncConsumer, OnError, check_consume_options
 from ._framelog import frame_log
+from ._health import DrainReport, Health
 from ._lifecycle import CLOSED, CLOSING, CONNECTING, FAILED, NEW, OPEN, RECONNECTING, ClientState, advance, describe
 from ._link import Link, LinkSettings, open_link
 from ._options import (
@@ -257,6 +261,8 @@ class AsyncClient:
         self._sub_ops: Optional[SubscriptionOps] = None
         # The session acks may go to (the subscriptions' fast stale test).
         self._live = LiveSession()
+        # The running consume()s (health and drain look at them).
+        self._consumers: Set[AsyncConsumer] = set()
 
     @property
     def version(self) -> Optional[str]:
@@ -1064,6 +1070,123 @@ class AsyncClient:
     ) -> None:
         """Refuse ``message`` (same as ``await message.nack()``; STOMP 1.1+)."""
         await Message.nack(message, receipt=receipt, headers=headers)
+
+    # -- services: handlers, health, drain -------------------------------------------------
+
+    async def consume(
+        self,
+        destination: str,
+        handler: Callable[[Message], Awaitable[Any]],
+        *,
+        concurrency: int = 1,
+        ack: str = "client-individual",
+        on_error: OnError = "nack",
+        prefetch: Optional[int] = None,
+        headers: Optional[Mapping[str, Any]] = None,
+        id: Optional[str] = None,
+        durable: Optional[str] = None,
+    ) -> AsyncConsumer:
+        """Run ``await handler(message)`` for every message of ``destination``, ``concurrency`` at a time.
+
+        Returns once the broker confirmed the subscription; the handlers then run
+        in the client's task group until the consumer is drained or stopped, or
+        the client closes. A handler that returns acks its message; one that raises
+        is settled as ``on_error`` says: ``"nack"`` (the default), ``"ack"`` (drop
+        it), ``Nack(headers)`` (e.g. ``Nack({"requeue": "false"})``: RabbitMQ
+        dead-letters it), ``"stop"`` (leave it unsettled and stop the consumer:
+        ``await consumer.wait()`` raises the handler's error), or a callable
+        ``on_error(message, exc)`` returning (or awaiting) one of those. In ``ack="auto"``
+        the broker needs no settle and the handler just runs. With
+        ``concurrency=1`` messages are handled one at a time, in order.
+
+        Args:
+            prefetch: messages the broker may deliver ahead (the subscription's
+                buffer; the broker's prefetch in the client ack modes). Default
+                twice ``concurrency``: enough that a worker finds the next message
+                waiting, little enough that the rest stays with the broker.
+            headers, id, durable: as :meth:`subscribe`.
+
+        Raises ConfigurationError for bad options (``ack="client"``, cumulative,
+        needs ``concurrency=1``) and what :meth:`subscribe` raises on entry.
+        """
+        prefetch = check_consume_options(concurrency, prefetch, ack, on_error)
+        # An async function, or an object whose __call__ is one
+        if not (inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)):
+            raise ConfigurationError(f"handler must be an async function (async def), not {handler!r}")
+        sub = self.subscribe(destination, ack=ack, headers=headers, buffer_size=prefetch, id=id, durable=durable)
+        await sub.__aenter__()
+        consumer = AsyncConsumer(sub, handler, concurrency=concurrency, on_error=on_error, clock=self._clock)
+        self._consumers = {c for c in self._consumers if not c.done.is_set()}
+        self._consumers.add(consumer)
+        assert self._tg is not None
+        consumer.start(self._tg)
+        return consumer
+
+    def health(self, *, handler_limit: float = 60.0) -> Health:
+        """Whether this client is really working, for a readiness probe: see :class:`Health`.
+
+        ``ready`` needs the connection up, the broker's heart-beats (if agreed)
+        arriving within twice their interval, and no :meth:`consume` handler
+        running for more than ``handler_limit`` seconds. Cheap (no I/O); call it
+        from the event loop (the blocking client's ``health()`` does).
+        """
+        check_positive("handler_limit", handler_limit)
+        link = self._link
+        interval = link.protocol.heart_beat[1] / 1000.0 if self._state is OPEN else 0.0
+        silence = self._clock() - link.inbox.last_received if interval else 0.0
+        paused = link.inbox.paused_on is not None
+        consumers = [c for c in self._consumers if not c.done.is_set()]
+        wedged = sum(c.wedged(handler_limit) for c in consumers)
+        running = sum(len(c.started) for c in consumers)
+        return Health(
+            state=describe(self._state, self._error),
+            connected=self._state is OPEN,
+            heartbeat_interval=interval,
+            silence=silence,
+            reader_paused=paused,
+            handlers_running=running,
+            handlers_wedged=wedged,
+        )
+
+    async def drain(self, timeout: float = 30.0) -> DrainReport:
+        """Shut down gracefully: finish what is in flight, then close; report what could not finish.
+
+        1. every :meth:`consume` stops taking messages; 2. the running handlers
+        finish and settle; 3. the consumers' subscriptions are closed (UNSUBSCRIBE:
+        what they buffered and never handled is redelivered by the broker);
+        4. the receipts still pending are awaited; 5. DISCONNECT and close, as
+        :meth:`aclose`. Steps 2 and 4 share ``timeout`` seconds; what was still
+        unfinished then is counted in the report, never silently dropped.
+        """
+        check_positive("timeout", timeout)
+        deadline = anyio.current_time() + timeout
+        consumers = [c for c in self._consumers if not c.done.is_set()]
+        for consumer in consumers:
+            consumer._stop()
+        unhandled = 0
+        with anyio.move_on_after(timeout):
+            for consumer in consumers:
+                await consumer.done.wait()
+        unfinished = sum(len(c.started) for c in consumers)
+        unconfirmed = 0
+        with anyio.CancelScope(shield=True):
+            for consumer in consumers:
+                unhandled += consumer.subscription.pending
+                with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+                    await consumer.subscription.aclose()
+            if self._state is OPEN:
+                pending = list(self._link.receipts.pending.values())
+                with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+                    for receipt in pending:
+                        try:
+                            await receipt.wait()
+                        except StompError:
+                            pass
+                unconfirmed = sum(1 for receipt in pending if not receipt.done())
+        await self.aclose()
+        return DrainReport(
+            handlers_unfinished=unfinished, messages_unhandled=unhandled, receipts_unconfirmed=unconfirmed
+        )
 
     def transaction(self, *, receipt: bool = True) -> "AsyncTransaction":
         """A transaction: ``async with client.transaction() as tx:``.

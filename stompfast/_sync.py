@@ -67,6 +67,7 @@ Modules
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import functools
 import threading
 import time
@@ -76,6 +77,7 @@ from typing import (
     Any,
     Callable,
     Iterable,
+    List,
     Literal,
     Mapping,
     Optional,
@@ -91,12 +93,15 @@ from anyio.from_thread import BlockingPortal
 
 from ._client import AsyncClient
 from ._common import copy_error
-from ._config import Endpoint
+from ._config import Endpoint, check_positive
+from ._consumer import OnError, check_consume_options
+from ._health import DrainReport, Health
 from ._options import ClientOptions, resolve as resolve_options, signature as options_signature
 from ._protocol import Message
 from ._receipt import Receipt
 from ._stats import ClientStats
 from ._subscription import DEFAULT_BUFFER_SIZE
+from ._sync_consumer import Consumer, check_sync_handler
 from ._sync_loop import (
     ClientLifetime,
     Portal,
@@ -125,7 +130,7 @@ from ._sync_subscription import (
     open_subscription,
 )
 from ._sync_transaction import Transaction
-from .errors import ClientClosedError, ConfigurationError, ReceiptTimeout, StompTimeout
+from .errors import ClientClosedError, ConfigurationError, ReceiptTimeout, StompError, StompTimeout
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
@@ -170,6 +175,8 @@ class Client:
         self._lock = threading.Lock()
         self._connected = False
         self._callback_workers: Set[CallbackWorker] = set()
+        # The consume()s started here (health and drain look at them).
+        self._consumers: List[Consumer] = []
         # Pipelined receipts not settled yet (loop only)
         self._outstanding: Set[ReceiptFuture] = set()
         # Sends without a receipt: queued here by the calling threads, written by one
@@ -601,6 +608,99 @@ class Client:
                 self._callback_workers.add(worker)
             worker.start()
         return subscription
+
+    def consume(
+        self,
+        destination: str,
+        handler: Callable[[SyncMessage], Any],
+        *,
+        concurrency: int = 1,
+        ack: str = "client-individual",
+        on_error: OnError = "nack",
+        prefetch: Optional[int] = None,
+        headers: Optional[Mapping[str, Any]] = None,
+        id: Optional[str] = None,
+        durable: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> Consumer:
+        """Call ``handler(message)`` for every message of ``destination`` in ``concurrency`` threads.
+
+        The blocking twin of :meth:`AsyncClient.consume` (the same options and
+        settling); returns once the subscription is confirmed (within
+        ``timeout``, which also bounds each settle). ``handler`` is a plain
+        function; with ``concurrency=1`` messages are handled one at a time, in
+        order. Stop it with ``consumer.drain(timeout)`` or :meth:`drain`.
+        """
+        prefetch = check_consume_options(concurrency, prefetch, ack, on_error)
+        check_sync_handler(handler)
+        sub = self.subscribe(
+            destination, ack=ack, headers=headers, buffer_size=prefetch, id=id, durable=durable, timeout=timeout
+        )
+        consumer = Consumer(sub, handler, concurrency=concurrency, on_error=on_error, settle_timeout=timeout)
+        with self._lock:
+            self._consumers = [c for c in self._consumers if c.running]
+            self._consumers.append(consumer)
+        consumer.start()
+        return consumer
+
+    def health(self, *, handler_limit: float = 60.0, timeout: Optional[float] = None) -> Health:
+        """Whether this client is really working (see :meth:`AsyncClient.health`); any thread."""
+        check_positive("handler_limit", handler_limit)
+        if self._outbox.closed:
+            return Health(
+                state="closed", connected=False, heartbeat_interval=0.0, silence=0.0, reader_paused=False,
+                handlers_running=0, handlers_wedged=0,
+            )
+        health: Health = self._loop.call(
+            lambda: self._health_in_loop(handler_limit), check_timeout(timeout),
+            timeout_error(StompTimeout, "health: the event loop did not answer", timeout),
+        )
+        with self._lock:
+            consumers = [c for c in self._consumers if c.running]
+        return dataclasses.replace(
+            health,
+            handlers_running=sum(c.stats().running for c in consumers),
+            handlers_wedged=sum(c.wedged(handler_limit) for c in consumers),
+        )
+
+    async def _health_in_loop(self, handler_limit: float) -> Health:
+        return self._async.health(handler_limit=handler_limit)
+
+    def drain(self, timeout: float = 30.0) -> DrainReport:
+        """Shut down gracefully (see :meth:`AsyncClient.drain`): finish what is in flight, close, report.
+
+        Every :meth:`consume` stops taking messages; the running handlers finish
+        and settle; the consumers' subscriptions close; the sends and receipts
+        still pending are awaited; then :meth:`close`. ``timeout`` bounds the
+        waits; what did not finish in it is counted in the report. Not from a
+        handler's thread.
+        """
+        check_positive("timeout", timeout)
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            consumers = [c for c in self._consumers if c.running]
+        for consumer in consumers:
+            consumer._stop()
+        unfinished = 0
+        unhandled = 0
+        for consumer in consumers:
+            consumer._join(max(0.0, deadline - time.monotonic()))
+        for consumer in consumers:
+            unfinished += consumer.stats().running
+            unhandled += consumer.subscription.pending
+            consumer.subscription.close()
+        unconfirmed = 0
+        if self.is_connected:
+            try:
+                self.flush(timeout=max(0.001, deadline - time.monotonic()))
+            except ReceiptTimeout:
+                unconfirmed = sum(1 for future in list(self._outstanding) if not future.done())
+            except StompError:
+                pass
+        self.close()
+        return DrainReport(
+            handlers_unfinished=unfinished, messages_unhandled=unhandled, receipts_unconfirmed=unconfirmed
+        )
 
     def ack(
         self, message: Message, *, receipt: bool = False, timeout: Optional[float] = None,
