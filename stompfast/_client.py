@@ -55,6 +55,7 @@ import inspect
 import itertools
 import logging
 import threading
+import uuid
 from logging import DEBUG
 from time import monotonic
 from typing import (
@@ -79,6 +80,7 @@ import anyio.abc
 import anyio.lowlevel
 import sniffio
 
+from ._brokers import reply_destination
 from ._common import RETRYABLE, body_bytes, conn_log, copy_error, log, where
 from ._config import Endpoint, check_positive
 from ._consumer import AsyncConsumer, OnError, check_consume_options
@@ -95,6 +97,7 @@ from ._options import (
 )
 from ._protocol import Message, SessionState, check_destination
 from ._receipt import PendingReceipt, Receipt
+from ._request import ReplyChannel
 from ._stats import ClientStats, Counters
 from ._subscription import (
     DEFAULT_BUFFER_SIZE,
@@ -112,6 +115,8 @@ from .errors import (
     ConfigurationError,
     ConnectionLostError,
     ConnectTimeout,
+    LocalProtocolError,
+    RequestTimeout,
     StaleMessageError,
     StompError,
 )
@@ -263,6 +268,8 @@ class AsyncClient:
         self._live = LiveSession()
         # The running consume()s (health and drain look at them).
         self._consumers: Set[AsyncConsumer] = set()
+        # Where replies to request() come (made at the first request).
+        self._replies: Optional[ReplyChannel] = None
 
     @property
     def version(self) -> Optional[str]:
@@ -301,8 +308,10 @@ class AsyncClient:
         nothing (docs/observability.md).
         """
         link = self._link
+        replies = self._replies
         return self._counts.snapshot(
-            link.outbox, link.inbox, len(link.receipts), self._subs.values(), self._registry_lock
+            link.outbox, link.inbox, len(link.receipts), self._subs.values(), self._registry_lock,
+            late_replies=replies.late if replies is not None else 0,
         )
 
     @property
@@ -422,6 +431,9 @@ class AsyncClient:
         try:
             pending = []
             for sub in list(self._subs.values()):
+                # The broker makes an implicit one again when it is next named (a reply-to).
+                if sub.implicit:
+                    continue
                 data, _, receipt_id = link.protocol.subscribe(
                     sub.destination, ack=sub.ack_mode, headers=sub.headers, id=sub.id, receipt=True,
                     prefetch=sub.prefetch, durable=sub.durable,
@@ -582,6 +594,9 @@ class AsyncClient:
         if was_up:
             self._state = advance(self._state, RECONNECTING)
         lost = link.close(error)
+        # A reply would go to a destination of the lost connection.
+        if self._replies is not None:
+            self._replies.fail_all(error)
         lost = lost._replace(
             dropped_messages=drop_unacked(self._subs.values()), aborted_transactions=self._lose_transactions(error)
         )
@@ -943,6 +958,11 @@ class AsyncClient:
 
     async def _subscribe(self, sub: Inlet) -> None:
         await self._ensure_open()
+        if sub.implicit:
+            # The broker subscribed it itself: its deliveries carry the destination as their id.
+            sub.id = sub.destination
+            self._subs[sub.id] = sub
+            return
         data, sub_id, receipt_id = self._link.protocol.subscribe(
             sub.destination, ack=sub.ack_mode, headers=sub.headers, id=sub.id, receipt=sub.wants_receipt,
             prefetch=sub.prefetch, durable=sub.durable,
@@ -987,7 +1007,7 @@ class AsyncClient:
             return
         del self._subs[sub.id]
         self._counts.received_gone += sub.seq
-        if self._state is OPEN and self._link.protocol.state is SessionState.CONNECTED:
+        if self._state is OPEN and self._link.protocol.state is SessionState.CONNECTED and not sub.implicit:
             data, _ = self._link.protocol.unsubscribe(sub.id)
             # Bounded like DISCONNECT: a broker that stops reading (TCP flow control)
             # must not hold the caller here; the subscription is gone locally anyway.
@@ -1121,6 +1141,100 @@ class AsyncClient:
         assert self._tg is not None
         consumer.start(self._tg)
         return consumer
+
+    async def request(
+        self,
+        destination: str,
+        body: Union[bytes, bytearray, memoryview, str] = b"",
+        *,
+        timeout: float = 30.0,
+        headers: Optional[Mapping[str, Any]] = None,
+        content_type: Optional[str] = None,
+    ) -> Message:
+        """Send a request to ``destination`` and return the reply (a :class:`Message`).
+
+        The request carries ``reply-to`` (this client's reply destination, of the
+        kind its broker offers: docs/brokers.md) and a fresh ``correlation-id``;
+        the responder answers with :meth:`reply`. Any number of requests may be
+        pending at once; each gets the reply carrying its correlation id.
+
+        Raises:
+            RequestTimeout: no reply within ``timeout`` seconds (a later one is
+                dropped and counted in ``stats().late_replies``).
+            ConnectionLostError: the connection was lost before the reply came
+                (a reconnect makes a new reply destination; send again).
+            LocalProtocolError: the request cannot be expressed (nothing was sent).
+        """
+        check_positive("timeout", timeout)
+        channel = await self._reply_channel()
+        correlation_id, pending = channel.expect()
+        request_headers = dict(headers) if headers else {}
+        request_headers["reply-to"] = channel.destination
+        request_headers["correlation-id"] = correlation_id
+        try:
+            await self.send(destination, body, headers=request_headers, content_type=content_type)
+            with anyio.move_on_after(timeout):
+                return await pending.wait()
+            raise RequestTimeout(
+                f"no reply from {destination!r} within {timeout:g} s (correlation-id {correlation_id})",
+                destination=destination, correlation_id=correlation_id, timeout=timeout,
+            )
+        finally:
+            channel.forget(correlation_id)
+
+    async def _reply_channel(self) -> ReplyChannel:
+        """This client's reply channel, opened at the first request (concurrent first requests share it)."""
+        channel = self._replies
+        if channel is None:
+            await self._ensure_open()
+            destination, implicit = reply_destination(self._link.protocol.broker, uuid.uuid4().hex[:16])
+            sub = AsyncSubscription(
+                self._ops(), destination, "auto", None, DEFAULT_BUFFER_SIZE, True, None, implicit=implicit
+            )
+            channel = self._replies = ReplyChannel(destination, sub)
+            try:
+                await sub.__aenter__()
+            except BaseException as exc:
+                self._replies = None
+                channel.error = exc
+                channel.ready.set()
+                raise
+            assert self._tg is not None
+            self._tg.start_soon(channel.pump, name="stompfast-replies")
+            channel.ready.set()
+        else:
+            await channel.ready.wait()
+            if channel.error is not None:
+                raise copy_error(channel.error)
+        return channel
+
+    async def reply(
+        self,
+        request: Message,
+        body: Union[bytes, bytearray, memoryview, str] = b"",
+        *,
+        headers: Optional[Mapping[str, Any]] = None,
+        content_type: Optional[str] = None,
+        receipt: bool = False,
+    ) -> Optional[Receipt]:
+        """Answer ``request`` (a message sent with :meth:`request`, or any with a ``reply-to`` header).
+
+        Sends ``body`` to the request's ``reply-to`` destination with its
+        ``correlation-id``; the rest is :meth:`send`'s.
+
+        Raises:
+            LocalProtocolError: the message has no ``reply-to`` header.
+        """
+        reply_to = request.headers.get("reply-to")
+        if not reply_to:
+            raise LocalProtocolError(
+                f"message {request.message_id!r} has no reply-to header: there is nobody to reply to"
+            )
+        reply_headers = dict(headers) if headers else {}
+        correlation_id = request.headers.get("correlation-id")
+        if correlation_id is not None:
+            reply_headers.setdefault("correlation-id", correlation_id)
+        return await self.send(reply_to, body, headers=reply_headers, content_type=content_type, receipt=receipt)
 
     def health(self, *, handler_limit: float = 60.0) -> Health:
         """Whether this client is really working, for a readiness probe: see :class:`Health`.

@@ -188,6 +188,8 @@ class ClientStats:
     buffered: Mapping[str, int] = field(default_factory=dict)
     #: receipt round trips
     receipt_rtt: RttSummary = field(default_factory=RttSummary)
+    #: replies to ``request()`` that came after their request had timed out (dropped)
+    late_replies: int = 0
 
     def as_dict(self) -> Dict[str, object]:
         """Plain values (for JSON): the histogram as :meth:`RttSummary.as_dict` writes it (seconds)."""
@@ -265,7 +267,8 @@ class Counters:
         self.errors += inbox.errors
 
     def snapshot(
-        self, outbox: "Outbox", inbox: "Inbox", receipts_pending: int, subs: Iterable["Inlet"], lock: Any
+        self, outbox: "Outbox", inbox: "Inbox", receipts_pending: int, subs: Iterable["Inlet"], lock: Any,
+        late_replies: int = 0,
     ) -> ClientStats:
         """These totals plus what the current connection's ``outbox`` and ``inbox`` counted, as a ClientStats.
 
@@ -310,4 +313,5 @@ class Counters:
             receipts_pending=receipts_pending,
             buffered={sub.id: len(sub.messages) for sub in inlets if sub.id is not None},
             receipt_rtt=self.rtt.summary(),
+            late_replies=late_replies,
         )

@@ -57,10 +57,12 @@ class Inlet:
     """
 
     __slots__ = ("destination", "ack_mode", "headers", "id", "wants_receipt", "buffer_size", "pause_at", "prefetch",
-                 "messages", "ready", "space", "closed", "error", "seq", "owner", "confirming", "durable")
+                 "messages", "ready", "space", "closed", "error", "seq", "owner", "confirming", "durable",
+                 "implicit")
 
     def __init__(self, owner: Any, destination: str, ack: str, headers: Optional[Dict[str, Any]],
-                 buffer_size: int, receipt: bool, id: Optional[str], durable: Optional[str] = None) -> None:
+                 buffer_size: int, receipt: bool, id: Optional[str], durable: Optional[str] = None,
+                 implicit: bool = False) -> None:
         if type(buffer_size) is not int or buffer_size < 1:
             raise ConfigurationError(f"buffer_size must be a positive int, not {buffer_size!r}")
         #: the AsyncSubscription whose messages these are (``message.ack()`` goes there)
@@ -86,6 +88,9 @@ class Inlet:
         self.id: Optional[str] = id
         #: the durable subscription's name (the session writes the headers its broker reads), or None
         self.durable = durable
+        #: the broker subscribes it by itself (RabbitMQ's /temp-queue/ replies): the client
+        #: never sends SUBSCRIBE or UNSUBSCRIBE for it, its id is its destination
+        self.implicit = implicit
         self.messages: Deque[Message] = deque()
         #: set() when a message arrives or the subscription closes (an anyio.Event, or a ThreadHandoff)
         self.ready: Any = anyio.Event()
@@ -200,12 +205,13 @@ class AsyncSubscription:
         receipt: bool,
         id: Optional[str],
         durable: Optional[str] = None,
+        implicit: bool = False,
     ) -> None:
         self._ops = ops
         # Bound once: the per-ack call skips a hop
         self._queue_ack = ops.queue_ack
         self._live = ops.live
-        inlet = self._inlet = Inlet(self, destination, ack, headers, buffer_size, receipt, id, durable)
+        inlet = self._inlet = Inlet(self, destination, ack, headers, buffer_size, receipt, id, durable, implicit)
         # The same deque: the hot paths skip a hop
         self._buffer = inlet.messages
         self._pause_at = inlet.pause_at

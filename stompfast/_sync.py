@@ -130,7 +130,15 @@ from ._sync_subscription import (
     open_subscription,
 )
 from ._sync_transaction import Transaction
-from .errors import ClientClosedError, ConfigurationError, ReceiptTimeout, StompError, StompTimeout
+from .errors import (
+    ClientClosedError,
+    ConfigurationError,
+    LocalProtocolError,
+    ReceiptTimeout,
+    RequestTimeout,
+    StompError,
+    StompTimeout,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
@@ -642,6 +650,55 @@ class Client:
             self._consumers.append(consumer)
         consumer.start()
         return consumer
+
+    def request(
+        self,
+        destination: str,
+        body: Union[bytes, bytearray, memoryview, str] = b"",
+        *,
+        timeout: float = 30.0,
+        headers: Optional[Mapping[str, Any]] = None,
+        content_type: Optional[str] = None,
+    ) -> Message:
+        """Send a request and return the reply (see :meth:`AsyncClient.request`); any thread.
+
+        Raises RequestTimeout when no reply came within ``timeout`` seconds.
+        """
+        check_positive("timeout", timeout)
+        # Keep the order of sends made from this client
+        self._outbox.wait_written(timeout)
+        request = functools.partial(
+            self._async.request, destination, body, timeout=timeout, headers=headers, content_type=content_type
+        )
+        # The async request bounds itself; the margin covers a loop that is slow to answer.
+        reply: Message = self._loop.call(
+            request, timeout + 5.0, timeout_error(RequestTimeout, f"no reply from {destination!r}", timeout)
+        )
+        return reply
+
+    def reply(
+        self,
+        request: Message,
+        body: Union[bytes, bytearray, memoryview, str] = b"",
+        *,
+        headers: Optional[Mapping[str, Any]] = None,
+        content_type: Optional[str] = None,
+        receipt: bool = False,
+        timeout: Optional[float] = None,
+    ) -> Optional[ReceiptFuture]:
+        """Answer ``request`` at its ``reply-to`` with its ``correlation-id`` (see :meth:`AsyncClient.reply`)."""
+        reply_to = request.headers.get("reply-to")
+        if not reply_to:
+            raise LocalProtocolError(
+                f"message {request.message_id!r} has no reply-to header: there is nobody to reply to"
+            )
+        reply_headers = dict(headers) if headers else {}
+        correlation_id = request.headers.get("correlation-id")
+        if correlation_id is not None:
+            reply_headers.setdefault("correlation-id", correlation_id)
+        return self.send(
+            reply_to, body, headers=reply_headers, content_type=content_type, receipt=receipt, timeout=timeout
+        )
 
     def health(self, *, handler_limit: float = 60.0, timeout: Optional[float] = None) -> Health:
         """Whether this client is really working (see :meth:`AsyncClient.health`); any thread."""
