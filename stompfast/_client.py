@@ -1196,12 +1196,11 @@ class AsyncClient:
                 await sub.__aenter__()
             except BaseException as exc:
                 self._replies = None
-                channel.error = exc
-                channel.ready.set()
+                channel.not_opened(exc)
                 raise
             assert self._tg is not None
             self._tg.start_soon(channel.pump, name="stompfast-replies")
-            channel.ready.set()
+            channel.opened()
         else:
             await channel.ready.wait()
             if channel.error is not None:

@@ -64,6 +64,15 @@ class ReplyChannel:
         self.ready = anyio.Event()
         self.error: Optional[BaseException] = None
 
+    def opened(self) -> None:
+        """The reply subscription is open: requests waiting for the channel go on."""
+        self.ready.set()
+
+    def not_opened(self, error: BaseException) -> None:
+        """The reply subscription could not be opened: requests waiting for the channel raise ``error``."""
+        self.error = error
+        self.ready.set()
+
     def expect(self) -> "tuple[str, PendingReply]":
         """A new correlation id and the wait for its reply."""
         correlation_id = f"{self.prefix}-{next(self.ids)}"
