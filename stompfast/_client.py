@@ -1250,7 +1250,7 @@ class AsyncClient:
         paused = link.inbox.paused_on is not None
         consumers = [c for c in self._consumers if not c.done.is_set()]
         wedged = sum(c.wedged(handler_limit) for c in consumers)
-        running = sum(len(c.started) for c in consumers)
+        running = sum(c.running for c in consumers)
         return Health(
             state=describe(self._state, self._error),
             connected=self._state is OPEN,
@@ -1280,7 +1280,7 @@ class AsyncClient:
         with anyio.move_on_after(timeout):
             for consumer in consumers:
                 await consumer.done.wait()
-        unfinished = sum(len(c.started) for c in consumers)
+        unfinished = sum(c.running for c in consumers)
         unconfirmed = 0
         with anyio.CancelScope(shield=True):
             for consumer in consumers:

@@ -26,7 +26,7 @@ import inspect
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Set, Union
+from typing import Any, Awaitable, Callable, List, Mapping, Optional, Set, Union
 
 import anyio
 import anyio.abc
@@ -131,8 +131,8 @@ class AsyncConsumer:
         self.stopping = False
         # The cancel scopes of the workers waiting for a message (stopping cancels them).
         self.idle: Set[anyio.CancelScope] = set()
-        # When each running handler started, by worker number.
-        self.started: Dict[int, float] = {}
+        # When each worker's running handler started (the client's clock), 0.0 while it waits.
+        self.started: List[float] = [0.0] * concurrency
         self.workers_left = concurrency
         # Set once every worker has returned.
         self.done = anyio.Event()
@@ -153,6 +153,8 @@ class AsyncConsumer:
         sub = self.subscription
         handler = self.handler
         started = self.started
+        clock = self.clock
+        settles = self.settles
         try:
             while not self.stopping:
                 # The common case first: a buffered message is taken without a wait (no scope).
@@ -164,17 +166,22 @@ class AsyncConsumer:
                     if message is None:
                         return
                 self.handled += 1
-                started[number] = self.clock()
+                started[number] = clock()
                 try:
                     await handler(message)
                 except Exception as exc:
                     self.failed += 1
                     await self._handle_error(message, exc)
                 else:
-                    if self.settles:
-                        await self._settle(message, "ack", None)
+                    if settles:
+                        # _settle's ACK inlined: this runs once per message
+                        try:
+                            await message.ack()
+                            self.acked += 1
+                        except StompError as exc:
+                            self._settle_failed("ack", exc)
                 finally:
-                    del started[number]
+                    started[number] = 0.0
         finally:
             self.workers_left -= 1
             if not self.workers_left:
@@ -237,16 +244,17 @@ class AsyncConsumer:
             else:
                 await message.nack(headers=headers)
                 self.nacked += 1
-        except StaleMessageError:
+        except StompError as exc:
+            self._settle_failed(command, exc)
+
+    def _settle_failed(self, command: str, exc: StompError) -> None:
+        """An ACK or NACK was refused: count or report it (the message stays unsettled: redelivered)."""
+        if isinstance(exc, StaleMessageError):
             self.stale += 1
-        except LocalProtocolError as exc:
-            # NACK on a STOMP 1.0 session, or a subscription gone (the client closing): the
-            # message stays unsettled, and the broker redelivers it.
+        elif isinstance(exc, LocalProtocolError):
+            # NACK on a STOMP 1.0 session, or a subscription gone (the client closing)
             log.warning("stompfast: %s of a message on %r not sent: %s", command.upper(), self.destination, exc)
-        except ClientClosedError:
-            # The client is closing: the message stays unsettled (redelivered).
-            pass
-        except StompError:
+        elif not isinstance(exc, ClientClosedError):
             # The connection failed meanwhile: a reconnect is under way (the message is
             # stale then) or the client failed for good (the workers stop at their next wait).
             self.stale += 1
@@ -259,9 +267,14 @@ class AsyncConsumer:
         for scope in list(self.idle):
             scope.cancel()
 
+    @property
+    def running(self) -> int:
+        """Handlers running now."""
+        return sum(1 for since in self.started if since)
+
     def stats(self) -> ConsumerStats:
         """A snapshot of the counts (see :class:`ConsumerStats`)."""
-        started = list(self.started.values())
+        started = [since for since in self.started if since]
         oldest = self.clock() - min(started) if started else 0.0
         return ConsumerStats(
             handled=self.handled, acked=self.acked, nacked=self.nacked, failed=self.failed, stale=self.stale,
@@ -271,7 +284,7 @@ class AsyncConsumer:
     def wedged(self, limit: float) -> int:
         """How many handlers have been running for more than ``limit`` seconds."""
         now = self.clock()
-        return sum(1 for since in list(self.started.values()) if now - since > limit)
+        return sum(1 for since in self.started if since and now - since > limit)
 
     async def drain(self, timeout: float = math.inf) -> int:
         """Stop taking messages, let the running handlers finish and settle, close the subscription.
@@ -284,7 +297,7 @@ class AsyncConsumer:
         self._stop()
         with anyio.move_on_after(timeout):
             await self.done.wait()
-        unfinished = len(self.started)
+        unfinished = self.running
         with anyio.CancelScope(shield=True):
             await self.subscription.aclose()
         return unfinished
@@ -304,6 +317,6 @@ class AsyncConsumer:
         state = "stopped" if self.done.is_set() else ("draining" if self.stopping else "running")
         return (
             f"<AsyncConsumer {self.destination!r} concurrency={self.concurrency} {state}"
-            f" handled={self.handled} running={len(self.started)}>"
+            f" handled={self.handled} running={self.running}>"
         )
 
