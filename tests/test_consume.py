@@ -221,3 +221,34 @@ async def test_bad_options_are_refused_before_anything_is_sent():
             with pytest.raises(ConfigurationError, match="async"):
                 await client.consume("/queue/x", sync_handler)
         assert not frames(broker, "SUBSCRIBE")
+
+
+async def test_a_consumer_goes_on_across_a_reconnect_and_never_acks_on_the_new_link_what_the_old_one_delivered():
+    from stompfast import ReconnectPolicy
+
+    seen: List[bytes] = []
+    gate = anyio.Event()
+
+    async def handler(message):
+        if message.body == b"hold":
+            # running while the link is lost: its ACK would name the lost session
+            await gate.wait()
+        seen.append(message.body)
+
+    policy = ReconnectPolicy(initial_delay=0.01, max_delay=0.05, jitter=0)
+    async with Broker() as broker:
+        async with make(broker, reconnect=policy) as client:
+            await client.send("/queue/r", b"hold")
+            consumer = await client.consume("/queue/r", handler)
+            await until(lambda: consumer.stats().running == 1)
+            broker.drop_connections()
+            await until(lambda: client.reconnects == 1 and client.is_connected)
+            gate.set()
+            # the held message was stale (not acked); the broker redelivers it on the new link
+            await until(lambda: consumer.stats().stale == 1 and consumer.stats().acked == 1)
+            for i in range(5):
+                await client.send("/queue/r", b"after %d" % i)
+            await until(lambda: consumer.stats().acked == 6)
+            report = await client.drain(timeout=WAIT)
+        assert seen.count(b"hold") == 2 and [b for b in seen if b != b"hold"] == [b"after %d" % i for i in range(5)]
+        assert report.clean
