@@ -20,7 +20,9 @@ Three measurements, each printed as a ratio against its peer measured in the sam
 3. **request round trip** against ``send(receipt=True)``: sequential, one at a time, the
    responder a second client in the same process (``consume`` + ``reply``). A request
    crosses the broker twice (request, reply) and a receipted send once, so the ratio says
-   what the second crossing and the responder cost on that broker.
+   what the second crossing and the responder cost on that broker. The floor is shown too:
+   the same exchange written by hand (``send`` with ``reply-to`` to a reply queue of one's
+   own, a plain subscription loop answering).
 
 Brokers: the URLs of ``scripts/brokers.sh env`` (``STOMPFAST_RABBITMQ_URL`` ...) or the
 defaults on 127.0.0.1; ``null`` is bench/nullbroker.py (consume vs loop only: it answers
@@ -140,7 +142,9 @@ async def scale(spec: Dict[str, Any]) -> Dict[str, Any]:
 
 
 async def round_trips(spec: Dict[str, Any]) -> Dict[str, Any]:
-    """Sequential round trips: ``request`` (a responder in this process) or ``send(receipt=True)``."""
+    """Sequential round trips: ``request`` (a responder in this process), the same by hand, or a receipted send."""
+    import anyio
+
     from stompfast import AsyncClient
 
     n, queue = spec["n"], spec["queue"]
@@ -151,6 +155,27 @@ async def round_trips(spec: Dict[str, Any]) -> Dict[str, Any]:
             for _ in range(n):
                 await client.send(queue, BODY, receipt=True)
             wall = time.perf_counter() - t0
+        elif spec["contender"] == "by hand":
+            # The floor: the same two broker crossings written with send() and a reply
+            # subscription of one's own, the responder a raw consume loop (no request machinery).
+            replies = f"/queue/sf-bench-svc-replies-{uuid.uuid4().hex[:10]}"
+            async with AsyncClient(spec["url"], heart_beat=(0, 0)) as responder:
+                async with client.subscribe(replies) as inbox, responder.subscribe(queue) as requests:
+
+                    async def serve() -> None:
+                        async for message in requests:
+                            await responder.send(message.headers["reply-to"], message.body)
+
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(serve)
+                        await client.send(queue, BODY, headers={"reply-to": replies})
+                        await inbox.receive()
+                        t0 = time.perf_counter()
+                        for _ in range(n):
+                            await client.send(queue, BODY, headers={"reply-to": replies})
+                            await inbox.receive()
+                        wall = time.perf_counter() - t0
+                        tg.cancel_scope.cancel()
         else:
             async with AsyncClient(spec["url"], heart_beat=(0, 0)) as responder:
 
@@ -286,16 +311,20 @@ def run_broker(broker: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
         rows.append({"broker": broker, "what": "16 handlers of 1 ms: rate vs 16x one handler's",
                      "ours": rates[16], "peer": 16 * rates[1], "ratio": ratio, "target": ">= 0.80",
                      "ok": ratio >= 0.8, "unit": "msgs/s"})
-        rtts: Dict[str, List[float]] = {"receipt": [], "request": []}
+        rtts: Dict[str, List[float]] = {"receipt": [], "request": [], "by hand": []}
         for _ in range(args.rounds):
-            for contender in ("receipt", "request"):
+            for contender in rtts:
                 queue = f"/queue/sf-bench-svc-{uuid.uuid4().hex[:10]}"
                 rtts[contender].append(measure({"kind": "rtt", "url": url, "queue": queue, "n": args.rtt_n,
                                                 "contender": contender})["rtt_us"])
         request, receipt = statistics.median(rtts["request"]), statistics.median(rtts["receipt"])
+        by_hand = statistics.median(rtts["by hand"])
         rows.append({"broker": broker, "what": "request() round trip vs send(receipt=True)",
                      "ours": request, "peer": receipt, "ratio": request / receipt, "target": "<= 1.10",
                      "ok": request / receipt <= 1.10, "unit": "us"})
+        rows.append({"broker": broker, "what": "  request() vs the same by hand (send + own reply queue)",
+                     "ours": request, "peer": by_hand, "ratio": request / by_hand, "target": "info",
+                     "ok": True, "unit": "us"})
         return rows
     finally:
         if null is not None:
