@@ -1275,7 +1275,7 @@ class AsyncClient:
         deadline = anyio.current_time() + timeout
         consumers = [c for c in self._consumers if not c.done.is_set()]
         for consumer in consumers:
-            consumer._stop()
+            consumer.stop_taking()
         unhandled = 0
         with anyio.move_on_after(timeout):
             for consumer in consumers:

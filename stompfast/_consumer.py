@@ -199,7 +199,7 @@ class AsyncConsumer:
                 return None
             except StompError as exc:
                 # The connection failed for good: every worker stops with it.
-                self._stop(exc)
+                self.stop_taking(exc)
                 return None
             finally:
                 self.idle.discard(scope)
@@ -217,7 +217,7 @@ class AsyncConsumer:
                 decision = "nack"
         if decision == "stop":
             log.error("stompfast: a handler on %r raised and on_error says stop: %r", self.destination, exc)
-            self._stop(exc)
+            self.stop_taking(exc)
             return
         if not self.settles:
             log.warning(
@@ -259,8 +259,8 @@ class AsyncConsumer:
             # stale then) or the client failed for good (the workers stop at their next wait).
             self.stale += 1
 
-    def _stop(self, error: Optional[BaseException] = None) -> None:
-        """No worker takes another message; the waiting ones return now."""
+    def stop_taking(self, error: Optional[BaseException] = None) -> None:
+        """No worker takes another message; the waiting ones return now (the running handlers go on)."""
         if error is not None and self.error is None:
             self.error = error
         self.stopping = True
@@ -294,7 +294,7 @@ class AsyncConsumer:
         redelivers them once the subscription or the connection is gone).
         Messages buffered and never handed to a handler are left unsettled too.
         """
-        self._stop()
+        self.stop_taking()
         with anyio.move_on_after(timeout):
             await self.done.wait()
         unfinished = self.running
@@ -304,7 +304,7 @@ class AsyncConsumer:
 
     async def stop(self) -> None:
         """Stop now: close the subscription (running handlers go on, but cannot settle)."""
-        self._stop()
+        self.stop_taking()
         await self.subscription.aclose()
 
     async def wait(self) -> None:

@@ -737,11 +737,11 @@ class Client:
         with self._lock:
             consumers = [c for c in self._consumers if c.running]
         for consumer in consumers:
-            consumer._stop()
+            consumer.stop_taking()
         unfinished = 0
         unhandled = 0
         for consumer in consumers:
-            consumer._join(max(0.0, deadline - time.monotonic()))
+            consumer.wait_stopped(max(0.0, deadline - time.monotonic()))
         for consumer in consumers:
             unfinished += consumer.stats().running
             unhandled += consumer.subscription.pending

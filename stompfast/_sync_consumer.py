@@ -97,7 +97,7 @@ class Consumer:
             except ClientClosedError:
                 return
             except StompError as exc:
-                self._stop(exc)
+                self.stop_taking(exc)
                 return
             with self._lock:
                 self._counts["handled"] += 1
@@ -124,7 +124,7 @@ class Consumer:
                 decision = "nack"
         if decision == "stop":
             log.error("stompfast: a handler on %r raised and on_error says stop: %r", self.destination, exc)
-            self._stop(exc)
+            self.stop_taking(exc)
             return
         if not self._settles:
             log.warning(
@@ -161,7 +161,8 @@ class Consumer:
         except StompError:
             self._count("stale")
 
-    def _stop(self, error: Optional[BaseException] = None) -> None:
+    def stop_taking(self, error: Optional[BaseException] = None) -> None:
+        """No thread takes another message (the running handlers go on); any thread."""
         with self._lock:
             if error is not None and self._error is None:
                 self._error = error
@@ -194,8 +195,8 @@ class Consumer:
         unsettled: the broker redelivers them). Buffered messages never handed
         to a handler stay unsettled too. Not from a handler of this consumer.
         """
-        self._stop()
-        self._join(timeout)
+        self.stop_taking()
+        self.wait_stopped(timeout)
         with self._lock:
             unfinished = len(self._started)
         self.subscription.close()
@@ -203,16 +204,17 @@ class Consumer:
 
     def stop(self) -> None:
         """Stop now: close the subscription (running handlers go on, but cannot settle)."""
-        self._stop()
+        self.stop_taking()
         self.subscription.close()
 
     def join(self, timeout: Optional[float] = None) -> None:
         """Wait for every thread to stop; raise what stopped the consumer, if anything did."""
-        self._join(timeout)
+        self.wait_stopped(timeout)
         if self._error is not None:
             raise self._error
 
-    def _join(self, timeout: Optional[float]) -> None:
+    def wait_stopped(self, timeout: Optional[float]) -> None:
+        """Wait up to ``timeout`` seconds (None: for ever) for every thread to return; raise nothing."""
         deadline = None if timeout is None else time.monotonic() + timeout
         current = threading.current_thread()
         for thread in self._threads:
