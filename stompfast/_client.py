@@ -97,7 +97,7 @@ from ._options import (
 )
 from ._protocol import Message, SessionState, check_destination
 from ._receipt import PendingReceipt, Receipt
-from ._request import ReplyChannel
+from ._request import ReplyChannel, reply_to
 from ._stats import ClientStats, Counters
 from ._subscription import (
     DEFAULT_BUFFER_SIZE,
@@ -115,7 +115,6 @@ from .errors import (
     ConfigurationError,
     ConnectionLostError,
     ConnectTimeout,
-    LocalProtocolError,
     RequestTimeout,
     StaleMessageError,
     StompError,
@@ -1224,16 +1223,8 @@ class AsyncClient:
         Raises:
             LocalProtocolError: the message has no ``reply-to`` header.
         """
-        reply_to = request.headers.get("reply-to")
-        if not reply_to:
-            raise LocalProtocolError(
-                f"message {request.message_id!r} has no reply-to header: there is nobody to reply to"
-            )
-        reply_headers = dict(headers) if headers else {}
-        correlation_id = request.headers.get("correlation-id")
-        if correlation_id is not None:
-            reply_headers.setdefault("correlation-id", correlation_id)
-        return await self.send(reply_to, body, headers=reply_headers, content_type=content_type, receipt=receipt)
+        destination, reply_headers = reply_to(request, headers)
+        return await self.send(destination, body, headers=reply_headers, content_type=content_type, receipt=receipt)
 
     def health(self, *, handler_limit: float = 60.0) -> Health:
         """Whether this client is really working, for a readiness probe: see :class:`Health`.

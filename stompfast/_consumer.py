@@ -26,7 +26,7 @@ import inspect
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, List, Mapping, Optional, Set, Union
+from typing import Any, Awaitable, Callable, List, Mapping, Optional, Set, Tuple, Union
 
 import anyio
 import anyio.abc
@@ -35,7 +35,7 @@ from ._events import Message
 from ._subscription import AsyncSubscription
 from .errors import ClientClosedError, ConfigurationError, LocalProtocolError, StaleMessageError, StompError
 
-__all__ = ["AsyncConsumer", "ConsumerStats", "Nack", "check_consume_options"]
+__all__ = ["AsyncConsumer", "ConsumerStats", "Nack", "check_consume_options", "error_action"]
 
 log = logging.getLogger("stompfast")
 
@@ -93,6 +93,30 @@ def check_consume_options(concurrency: Any, prefetch: Any, ack: str, on_error: A
             f"on_error must be 'nack', 'ack', 'stop', a Nack(headers) or a callable, not {on_error!r}"
         )
     return prefetch
+
+
+def error_action(
+    decision: Any, settles: bool, destination: str, exc: Exception
+) -> Tuple[str, Optional[Mapping[str, Any]]]:
+    """What a failed handler's message becomes, from ``on_error``'s ``decision``: ``(action, NACK headers)``.
+
+    ``action`` is ``"stop"`` (leave it unsettled and stop the consumer), ``"none"``
+    (``auto`` mode: nothing to settle), ``"ack"`` or ``"nack"``. A decision that is none
+    of those is logged and nacked. Both consumers (tasks and threads) settle by it.
+    """
+    if decision == "stop":
+        log.error("stompfast: a handler on %r raised and on_error says stop: %r", destination, exc)
+        return "stop", None
+    if not settles:
+        log.warning("stompfast: a handler on %r raised (ack mode auto: nothing to settle): %r", destination, exc)
+        return "none", None
+    if decision == "ack":
+        return "ack", None
+    if isinstance(decision, Nack):
+        return "nack", decision.headers or None
+    if decision != "nack":
+        log.error("stompfast: consume's on_error returned %r (not 'ack', 'nack', 'stop' or a Nack): nacked", decision)
+    return "nack", None
 
 
 class AsyncConsumer:
@@ -215,26 +239,11 @@ class AsyncConsumer:
             except Exception as hook_error:
                 log.exception("stompfast: consume's on_error raised (the message is nacked): %s", hook_error)
                 decision = "nack"
-        if decision == "stop":
-            log.error("stompfast: a handler on %r raised and on_error says stop: %r", self.destination, exc)
+        action, headers = error_action(decision, self.settles, self.destination, exc)
+        if action == "stop":
             self.stop_taking(exc)
-            return
-        if not self.settles:
-            log.warning(
-                "stompfast: a handler on %r raised (ack mode auto: nothing to settle): %r", self.destination, exc
-            )
-            return
-        if decision == "ack":
-            await self._settle(message, "ack", None)
-        elif isinstance(decision, Nack):
-            await self._settle(message, "nack", decision.headers or None)
-        elif decision == "nack":
-            await self._settle(message, "nack", None)
-        else:
-            log.error(
-                "stompfast: consume's on_error returned %r (not 'ack', 'nack', 'stop' or a Nack): nacked", decision
-            )
-            await self._settle(message, "nack", None)
+        elif action != "none":
+            await self._settle(message, action, headers)
 
     async def _settle(self, message: Message, command: str, headers: Optional[Mapping[str, Any]]) -> None:
         try:

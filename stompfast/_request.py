@@ -14,16 +14,31 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from typing import Dict, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import anyio
 
 from ._common import copy_error
 from ._events import Message
 from ._subscription import AsyncSubscription
-from .errors import ClientClosedError, StompError
+from .errors import ClientClosedError, LocalProtocolError, StompError
 
-__all__ = ["PendingReply", "ReplyChannel"]
+__all__ = ["PendingReply", "ReplyChannel", "reply_to"]
+
+
+def reply_to(request: Message, headers: Optional[Mapping[str, Any]]) -> Tuple[str, Dict[str, Any]]:
+    """Where a reply to ``request`` goes and its headers (``correlation-id`` copied; both clients' ``reply``).
+
+    Raises LocalProtocolError when the request has no ``reply-to`` header.
+    """
+    destination = request.headers.get("reply-to")
+    if not destination:
+        raise LocalProtocolError(f"message {request.message_id!r} has no reply-to header: there is nobody to reply to")
+    reply_headers = dict(headers) if headers else {}
+    correlation_id = request.headers.get("correlation-id")
+    if correlation_id is not None:
+        reply_headers.setdefault("correlation-id", correlation_id)
+    return destination, reply_headers
 
 
 class PendingReply:

@@ -99,6 +99,7 @@ from ._health import DrainReport, Health
 from ._options import ClientOptions, resolve as resolve_options, signature as options_signature
 from ._protocol import Message
 from ._receipt import Receipt
+from ._request import reply_to
 from ._stats import ClientStats
 from ._subscription import DEFAULT_BUFFER_SIZE
 from ._sync_consumer import Consumer, check_sync_handler
@@ -133,7 +134,6 @@ from ._sync_transaction import Transaction
 from .errors import (
     ClientClosedError,
     ConfigurationError,
-    LocalProtocolError,
     ReceiptTimeout,
     RequestTimeout,
     StompError,
@@ -687,17 +687,9 @@ class Client:
         timeout: Optional[float] = None,
     ) -> Optional[ReceiptFuture]:
         """Answer ``request`` at its ``reply-to`` with its ``correlation-id`` (see :meth:`AsyncClient.reply`)."""
-        reply_to = request.headers.get("reply-to")
-        if not reply_to:
-            raise LocalProtocolError(
-                f"message {request.message_id!r} has no reply-to header: there is nobody to reply to"
-            )
-        reply_headers = dict(headers) if headers else {}
-        correlation_id = request.headers.get("correlation-id")
-        if correlation_id is not None:
-            reply_headers.setdefault("correlation-id", correlation_id)
+        destination, reply_headers = reply_to(request, headers)
         return self.send(
-            reply_to, body, headers=reply_headers, content_type=content_type, receipt=receipt, timeout=timeout
+            destination, body, headers=reply_headers, content_type=content_type, receipt=receipt, timeout=timeout
         )
 
     def health(self, *, handler_limit: float = 60.0, timeout: Optional[float] = None) -> Health:

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
-from ._consumer import ERROR_DECISIONS, ConsumerStats, Nack, OnError
+from ._consumer import ConsumerStats, Nack, OnError, error_action
 from ._events import Message
 from ._sync_subscription import Subscription
 from .errors import (
@@ -122,26 +122,11 @@ class Consumer:
             except Exception as hook_error:
                 log.exception("stompfast: consume's on_error raised (the message is nacked): %s", hook_error)
                 decision = "nack"
-        if decision == "stop":
-            log.error("stompfast: a handler on %r raised and on_error says stop: %r", self.destination, exc)
+        action, headers = error_action(decision, self._settles, self.destination, exc)
+        if action == "stop":
             self.stop_taking(exc)
-            return
-        if not self._settles:
-            log.warning(
-                "stompfast: a handler on %r raised (ack mode auto: nothing to settle): %r", self.destination, exc
-            )
-            return
-        if decision == "ack":
-            self._settle(message, "ack", None)
-        elif isinstance(decision, Nack):
-            self._settle(message, "nack", decision.headers or None)
-        else:
-            if decision not in ERROR_DECISIONS:
-                log.error(
-                    "stompfast: consume's on_error returned %r (not 'ack', 'nack', 'stop' or a Nack): nacked",
-                    decision,
-                )
-            self._settle(message, "nack", None)
+        elif action != "none":
+            self._settle(message, action, headers)
 
     def _settle(self, message: Message, command: str, headers: Optional[Mapping[str, Any]]) -> None:
         try:
