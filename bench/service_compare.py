@@ -192,6 +192,44 @@ async def round_trips(spec: Dict[str, Any]) -> Dict[str, Any]:
     return {"rtt_us": wall / n * 1e6}
 
 
+def sync_drain(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """The blocking client's drain: ``for m in sub: m.ack()`` (its README loop) or ``Client.consume``."""
+    import threading
+
+    from stompfast import Client
+
+    n, queue = spec["n"], spec["queue"]
+    with Client(spec["url"], heart_beat=(0, 0)) as client:
+        count = 0
+        cpu0, t0 = cpu_seconds(), time.perf_counter()
+        if spec["contender"] == "sync loop":
+            with client.subscribe(queue, ack="client-individual", buffer_size=PREFETCH) as sub:
+                for message in sub:
+                    message.ack()
+                    count += 1
+                    if count == n:
+                        break
+                client.flush()
+        else:
+            done = threading.Event()
+
+            def handler(message: Any) -> None:
+                nonlocal count
+                count += 1
+                if count == n:
+                    done.set()
+
+            consumer = client.consume(queue, handler, prefetch=PREFETCH)
+            done.wait()
+            # the last ACK is queued when the handler returns
+            while consumer.stats().acked < n:
+                time.sleep(0.0005)
+            client.flush()
+            consumer.stop()
+        cpu, wall = cpu_seconds() - cpu0, time.perf_counter() - t0
+    return {"cpu_us": cpu / n * 1e6, "rate": n / wall}
+
+
 WORKERS = {"drain": drain, "scale": scale, "rtt": round_trips}
 
 
@@ -199,7 +237,10 @@ def worker_main(spec_json: str) -> None:
     import anyio
 
     spec = json.loads(spec_json)
-    result = anyio.run(WORKERS[spec["kind"]], spec)
+    if spec["kind"] == "sync-drain":
+        result = sync_drain(spec)
+    else:
+        result = anyio.run(WORKERS[spec["kind"]], spec)
     print(json.dumps(result))
 
 
@@ -279,7 +320,9 @@ def run_broker(broker: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
     null = NullSink() if broker == "null" else None
     url = null.url if null is not None else url_of(broker)
     try:
-        drains: Dict[str, List[Dict[str, Any]]] = {"loop": [], "loop+handler": [], "consume": []}
+        drains: Dict[str, List[Dict[str, Any]]] = {
+            "loop": [], "loop+handler": [], "consume": [], "sync loop": [], "sync consume": []
+        }
         for _ in range(args.rounds):
             for contender in drains:
                 queue = f"/queue/sf-bench-svc-{uuid.uuid4().hex[:10]}"
@@ -287,7 +330,8 @@ def run_broker(broker: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
                     null.prepare(queue, args.n)
                 else:
                     fill(url, queue, args.n)
-                drains[contender].append(measure({"kind": "drain", "url": url, "queue": queue, "n": args.n,
+                kind = "sync-drain" if contender.startswith("sync") else "drain"
+                drains[contender].append(measure({"kind": kind, "url": url, "queue": queue, "n": args.n,
                                                   "contender": contender}))
         loop_cpu = statistics.median(r["cpu_us"] for r in drains["loop"])
         consume_cpu = statistics.median(r["cpu_us"] for r in drains["consume"])
@@ -298,6 +342,11 @@ def run_broker(broker: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
         rows.append({"broker": broker, "what": "  the loop calling a handler vs the README loop (floor)",
                      "ours": floor_cpu, "peer": loop_cpu, "ratio": floor_cpu / loop_cpu, "target": "info",
                      "ok": True, "unit": "us/msg"})
+        sync_loop_cpu = statistics.median(r["cpu_us"] for r in drains["sync loop"])
+        sync_consume_cpu = statistics.median(r["cpu_us"] for r in drains["sync consume"])
+        rows.append({"broker": broker, "what": "Client.consume(concurrency=1) vs for m in sub: m.ack()",
+                     "ours": sync_consume_cpu, "peer": sync_loop_cpu, "ratio": sync_consume_cpu / sync_loop_cpu,
+                     "target": "<= 1.10", "ok": sync_consume_cpu / sync_loop_cpu <= 1.10, "unit": "us/msg"})
         if null is not None:
             return rows
         rates = {}
