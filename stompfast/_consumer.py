@@ -174,7 +174,7 @@ class AsyncConsumer:
             tg.start_soon(self._worker, number, name=f"stompfast-consumer-{self.destination}-{number}")
 
     async def _worker(self, number: int) -> None:
-        sub = self.subscription
+        next_buffered = self.subscription.next_buffered
         handler = self.handler
         started = self.started
         clock = self.clock
@@ -182,10 +182,8 @@ class AsyncConsumer:
         try:
             while not self.stopping:
                 # The common case first: a buffered message is taken without a wait (no scope).
-                message: Optional[Message]
-                if sub.pending:
-                    message = await sub.receive()
-                else:
+                message = next_buffered()
+                if message is None:
                     message = await self._wait_for_message()
                     if message is None:
                         return

@@ -279,6 +279,22 @@ class AsyncSubscription:
             inlet.space = None
         return message
 
+    def next_buffered(self) -> Optional[Message]:
+        """The next buffered message, or None when none is buffered; never waits.
+
+        For a loop that takes what is there and waits by other means otherwise
+        (``consume``'s workers): a coroutine per message costs more than the message.
+        """
+        buffer = self._buffer
+        if not buffer:
+            return None
+        message = buffer.popleft()
+        inlet = self._inlet
+        if inlet.space is not None and len(buffer) < self._pause_at:
+            inlet.space.set()
+            inlet.space = None
+        return message
+
     async def receive_batch(self, max_messages: int = 100) -> List[Message]:
         """Up to ``max_messages`` buffered messages; waits until there is at least one."""
         if not self._buffer:
@@ -505,6 +521,16 @@ class ThreadHandoff:
             if waited is None:
                 return None
             message = waited
+        if self._sub.space is not None:
+            self._reader_may_resume()
+        return message
+
+    def take_buffered(self) -> Optional[Message]:
+        """The next buffered message, or None when none is buffered (no wait, no failure raised)."""
+        try:
+            message = self._buffer.popleft()
+        except IndexError:
+            return None
         if self._sub.space is not None:
             self._reader_may_resume()
         return message

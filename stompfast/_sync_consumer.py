@@ -36,6 +36,10 @@ log = logging.getLogger("stompfast")
 #: How often an idle consumer thread looks whether it should stop (seconds).
 IDLE_CHECK = 0.25
 
+#: The counts each thread keeps, in its own list, by these indexes.
+_COUNTS = ("handled", "acked", "nacked", "failed", "stale")
+_HANDLED, _ACKED, _NACKED, _FAILED, _STALE = range(len(_COUNTS))
+
 
 class Consumer:
     """A running :meth:`Client.consume`: threads handling one subscription's messages.
@@ -64,15 +68,18 @@ class Consumer:
         self._settle_timeout = settle_timeout
         # auto mode: the broker needs no settle
         self._settles = subscription.ack_mode != "auto"
-        # Guards the counts and the running handlers' start times (the threads write them).
-        self._lock = threading.Lock()
-        # No thread takes another message once set.
+        # Stops every thread at once: no thread takes another message once set.
         self._stopping = threading.Event()
-        # When each running handler started (time.monotonic), by thread number.
-        self._started: Dict[int, float] = {}
+        # Each thread writes only its own slot of these two lists (so no lock is taken per
+        # message); stats() and wedged() read them from any thread. When each thread's
+        # running handler started (time.monotonic), 0.0 while it has none:
+        self._started: List[float] = [0.0] * concurrency
+        # Each thread's counts, indexed as _COUNTS:
+        self._tallies: List[List[int]] = [[0] * len(_COUNTS) for _ in range(concurrency)]
+        # Guards _error, which a thread or the caller may set.
+        self._lock = threading.Lock()
         # What stopped the consumer.
         self._error: Optional[BaseException] = None
-        self._counts = {"handled": 0, "acked": 0, "nacked": 0, "failed": 0, "stale": 0}
         self._threads: List[threading.Thread] = [
             threading.Thread(target=self._work, args=(number,), name=f"stompfast-consumer-{number}", daemon=True)
             for number in range(concurrency)
@@ -82,39 +89,48 @@ class Consumer:
         for thread in self._threads:
             thread.start()
 
-    def _count(self, name: str) -> None:
-        with self._lock:
-            self._counts[name] += 1
-
     def _work(self, number: int) -> None:
-        sub = self.subscription
+        next_buffered = self.subscription.next_buffered
+        receive = self.subscription.receive
         handler = self._handler
-        while not self._stopping.is_set():
-            try:
-                message = sub.receive(timeout=IDLE_CHECK)
-            except ReceiveTimeout:
-                continue
-            except ClientClosedError:
-                return
-            except StompError as exc:
-                self.stop_taking(exc)
-                return
-            with self._lock:
-                self._counts["handled"] += 1
-                self._started[number] = time.monotonic()
+        stopping = self._stopping
+        started = self._started
+        tally = self._tallies[number]
+        settles = self._settles
+        timeout = self._settle_timeout
+        monotonic = time.monotonic
+        while not stopping.is_set():
+            # The common case first: a buffered message is taken without a wait.
+            message = next_buffered()
+            if message is None:
+                try:
+                    message = receive(timeout=IDLE_CHECK)
+                except ReceiveTimeout:
+                    continue
+                except ClientClosedError:
+                    return
+                except StompError as exc:
+                    self.stop_taking(exc)
+                    return
+            tally[_HANDLED] += 1
+            started[number] = monotonic()
             try:
                 handler(message)
             except Exception as exc:
-                self._count("failed")
-                self._handle_error(message, exc)
+                tally[_FAILED] += 1
+                self._handle_error(message, exc, tally)
             else:
-                if self._settles:
-                    self._settle(message, "ack", None)
+                if settles:
+                    # The common case, inlined: a returned handler acks.
+                    try:
+                        message.ack(timeout=timeout)
+                        tally[_ACKED] += 1
+                    except Exception as exc:
+                        self._settle_failed(message, "ack", exc, tally)
             finally:
-                with self._lock:
-                    del self._started[number]
+                started[number] = 0.0
 
-    def _handle_error(self, message: Message, exc: Exception) -> None:
+    def _handle_error(self, message: Message, exc: Exception, tally: List[int]) -> None:
         decision: Any = self._on_error
         if callable(decision) and not isinstance(decision, Nack):
             try:
@@ -126,25 +142,32 @@ class Consumer:
         if action == "stop":
             self.stop_taking(exc)
         elif action != "none":
-            self._settle(message, action, headers)
+            self._settle(message, action, headers, tally)
 
-    def _settle(self, message: Message, command: str, headers: Optional[Mapping[str, Any]]) -> None:
+    def _settle(self, message: Message, command: str, headers: Optional[Mapping[str, Any]], tally: List[int]) -> None:
         try:
             if command == "ack":
                 message.ack(headers=headers, timeout=self._settle_timeout)  # type: ignore[call-arg]
-                self._count("acked")
+                tally[_ACKED] += 1
             else:
                 message.nack(headers=headers, timeout=self._settle_timeout)  # type: ignore[call-arg]
-                self._count("nacked")
-        except StaleMessageError:
-            self._count("stale")
-        except LocalProtocolError as exc:
+                tally[_NACKED] += 1
+        except Exception as exc:
+            self._settle_failed(message, command, exc, tally)
+
+    def _settle_failed(self, message: Message, command: str, exc: Exception, tally: List[int]) -> None:
+        """An ACK or NACK refused: count it or log it; what the broker does with the message decides."""
+        if isinstance(exc, StaleMessageError):
+            tally[_STALE] += 1
+        elif isinstance(exc, LocalProtocolError):
             # NACK on a STOMP 1.0 session, or a subscription gone: unsettled, redelivered.
             log.warning("stompfast: %s of a message on %r not sent: %s", command.upper(), self.destination, exc)
-        except ClientClosedError:
+        elif isinstance(exc, ClientClosedError):
             pass
-        except StompError:
-            self._count("stale")
+        elif isinstance(exc, StompError):
+            tally[_STALE] += 1
+        else:
+            raise exc
 
     def stop_taking(self, error: Optional[BaseException] = None) -> None:
         """No thread takes another message (the running handlers go on); any thread."""
@@ -155,17 +178,15 @@ class Consumer:
 
     def stats(self) -> ConsumerStats:
         """A snapshot of the counts (see :class:`~stompfast.ConsumerStats`); any thread."""
-        with self._lock:
-            counts = dict(self._counts)
-            started = list(self._started.values())
+        counts = [sum(column) for column in zip(*[list(tally) for tally in self._tallies])]
+        started = [since for since in list(self._started) if since]
         oldest = time.monotonic() - min(started) if started else 0.0
-        return ConsumerStats(running=len(started), oldest_running=oldest, **counts)
+        return ConsumerStats(running=len(started), oldest_running=oldest, **dict(zip(_COUNTS, counts)))
 
     def wedged(self, limit: float) -> int:
         """How many handlers have been running for more than ``limit`` seconds."""
         now = time.monotonic()
-        with self._lock:
-            return sum(1 for since in self._started.values() if now - since > limit)
+        return sum(1 for since in list(self._started) if since and now - since > limit)
 
     @property
     def running(self) -> bool:
@@ -182,8 +203,7 @@ class Consumer:
         """
         self.stop_taking()
         self.wait_stopped(timeout)
-        with self._lock:
-            unfinished = len(self._started)
+        unfinished = sum(1 for since in list(self._started) if since)
         self.subscription.close()
         return unfinished
 

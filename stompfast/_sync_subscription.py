@@ -193,6 +193,21 @@ class Subscription:
         self._check_pull()
         return self._take(1, check_timeout(timeout))[0]
 
+    def next_buffered(self) -> Optional[SyncMessage]:
+        """The next buffered message, or None when none is buffered; never waits.
+
+        For a loop that takes what is there and waits by other means otherwise
+        (``consume``'s threads): :meth:`receive` then waits when this says None.
+        """
+        if self._worker is not None:
+            self._check_pull()
+        message = self._handoff.take_buffered()
+        if message is None:
+            return None
+        message.__class__ = SyncMessage if message.__class__ is Message else SyncOversizedMessage
+        message.sync = self
+        return message  # type: ignore[return-value]
+
     def receive_batch(self, max_messages: int = 100, *, timeout: Optional[float] = None) -> List[SyncMessage]:
         """Up to ``max_messages`` messages: what is buffered, waiting only for the first.
 
