@@ -1172,21 +1172,25 @@ class AsyncClient:
             LocalProtocolError: the request cannot be expressed (nothing was sent).
         """
         check_positive("timeout", timeout)
-        channel = await self._reply_channel()
+        channel = self._replies
+        # Open (its ready event set, no error): no wait, not even a checkpoint.
+        if channel is None or not channel.ready.is_set() or channel.error is not None:
+            channel = await self._reply_channel()
         correlation_id, pending = channel.expect()
         request_headers = dict(headers) if headers else {}
         request_headers["reply-to"] = channel.destination
         request_headers["correlation-id"] = correlation_id
         try:
             await self.send(destination, body, headers=request_headers, content_type=content_type)
-            with anyio.move_on_after(timeout):
-                return await pending.wait()
+            reply = await pending.wait(timeout)
+        finally:
+            channel.forget(correlation_id)
+        if reply is None:
             raise RequestTimeout(
                 f"no reply from {destination!r} within {timeout:g} s (correlation-id {correlation_id})",
                 destination=destination, correlation_id=correlation_id, timeout=timeout,
             )
-        finally:
-            channel.forget(correlation_id)
+        return reply
 
     async def _reply_channel(self) -> ReplyChannel:
         """This client's reply channel, opened at the first request (concurrent first requests share it)."""
@@ -1197,15 +1201,13 @@ class AsyncClient:
             sub = AsyncSubscription(
                 self._ops(), destination, "auto", None, DEFAULT_BUFFER_SIZE, True, None, implicit=implicit
             )
-            channel = self._replies = ReplyChannel(destination, sub)
+            channel = self._replies = ReplyChannel(destination, sub, self._loop)
             try:
                 await sub.__aenter__()
             except BaseException as exc:
                 self._replies = None
                 channel.not_opened(exc)
                 raise
-            assert self._tg is not None
-            self._tg.start_soon(channel.pump, name="stompfast-replies")
             channel.opened()
         else:
             await channel.ready.wait()

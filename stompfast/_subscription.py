@@ -37,7 +37,7 @@ from .errors import ClientClosedError, ConfigurationError
 
 __all__ = [
     "AsyncSubscription", "DEFAULT_BUFFER_SIZE", "Inlet", "LiveSession", "LOOP_CHECK_INTERVAL", "SubscriptionOps",
-    "ThreadHandoff", "WaitTimeout", "drop_unacked",
+    "DirectDelivery", "ThreadHandoff", "WaitTimeout", "drop_unacked",
 ]
 
 #: Messages a subscription buffers before the reader stops reading.
@@ -447,9 +447,50 @@ class AsyncSubscription:
         self._inlet.ready = handoff
         return handoff
 
+    def deliver_to(
+        self, deliver: Callable[[Message], Any], ended: Callable[[Optional[BaseException]], Any]
+    ) -> None:
+        """Hand this subscription's messages to ``deliver(message)`` in the reader, as they arrive.
+
+        No task takes them and nothing is buffered: the reader calls ``deliver``
+        for each message of a read, then ``ended(error)`` once the subscription
+        is closed (``error`` is None for a plain close). ``receive`` and
+        iteration are no longer used. For a consumer whose every step is quick
+        and synchronous (the reply channel matching replies to requests): a
+        task in between would add a wake-up per message.
+        """
+        self._inlet.ready = DirectDelivery(self._inlet, deliver, ended)
+
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self._buffer)} buffered"
         return f"<AsyncSubscription {self.id!r} to {self.destination!r} ack={self.ack_mode} {state}>"
+
+
+class DirectDelivery:
+    """Stands in for an inlet's ``ready`` event: the reader's ``set()`` delivers what it buffered, at once.
+
+    See :meth:`AsyncSubscription.deliver_to`.
+    """
+
+    __slots__ = ("_inlet", "_deliver", "_ended")
+
+    def __init__(
+        self, inlet: Inlet, deliver: Callable[[Message], Any], ended: Callable[[Optional[BaseException]], Any]
+    ) -> None:
+        self._inlet = inlet
+        self._deliver = deliver
+        self._ended = ended
+
+    def set(self) -> None:
+        """(The reader, in the loop.) Messages arrived or the subscription closed."""
+        messages, deliver = self._inlet.messages, self._deliver
+        while messages:
+            deliver(messages.popleft())
+        if self._inlet.closed:
+            self._ended(self._inlet.error)
+
+    def is_set(self) -> bool:
+        return False
 
 
 #: How often a thread waiting on the loop (a ThreadHandoff, the blocking client) checks that the loop still runs.
