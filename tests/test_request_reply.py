@@ -16,6 +16,7 @@ import pytest
 from stompfast import (
     AsyncClient,
     Client,
+    ClientClosedError,
     ConnectionLostError,
     LocalProtocolError,
     ReconnectPolicy,
@@ -116,6 +117,46 @@ async def test_reply_needs_a_reply_to_and_a_lost_connection_fails_pending_reques
                     while not requester.is_connected:
                         await anyio.sleep(0.01)
                 assert (await requester.request("/queue/back", b"x", timeout=WAIT)).body == b"X"
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_request_leaves_nothing_pending_and_closing_fails_the_waiting_ones():
+    """Replies are matched in the reader: a request cancelled by its caller is forgotten (its reply
+    counts late), and one still waiting when the client closes raises ClientClosedError."""
+    async with Broker() as broker:
+        async with make(broker) as responder, make(broker) as requester:
+            held = []
+
+            async def hold(message):
+                held.append(message)
+
+            await responder.consume("/queue/held", hold)
+            with anyio.move_on_after(0.2) as scope:
+                await requester.request("/queue/held", b"?", timeout=WAIT)
+            assert scope.cancelled_caught
+            with anyio.fail_after(WAIT):
+                while not held:
+                    await anyio.sleep(0.01)
+            await responder.reply(held[0], b"nobody waits", receipt=True)
+            with anyio.fail_after(WAIT):
+                while requester.stats().late_replies < 1:
+                    await anyio.sleep(0.01)
+
+            failure = []
+
+            async def ask() -> None:
+                try:
+                    await requester.request("/queue/held", b"?", timeout=WAIT)
+                except ClientClosedError as exc:
+                    failure.append(exc)
+
+            with anyio.fail_after(WAIT):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(ask)
+                    while len(held) < 2:
+                        await anyio.sleep(0.01)
+                    await requester.aclose()
+            assert len(failure) == 1
 
 
 def test_the_blocking_client_requests_and_replies(stomp_broker_thread: Broker):
