@@ -252,3 +252,17 @@ async def test_a_consumer_goes_on_across_a_reconnect_and_never_acks_on_the_new_l
             report = await client.drain(timeout=WAIT)
         assert seen.count(b"hold") == 2 and [b for b in seen if b != b"hold"] == [b"after %d" % i for i in range(5)]
         assert report.clean
+
+
+async def test_next_buffered_takes_without_waiting_and_the_message_acks():
+    async with Broker() as broker:
+        async with make(broker) as client:
+            async with client.subscribe("/queue/nb", ack="client-individual") as sub:
+                assert sub.next_buffered() is None
+                await client.send("/queue/nb", b"one", receipt=True)
+                await until(lambda: sub.pending == 1)
+                message = sub.next_buffered()
+                assert message is not None and message.body == b"one" and sub.pending == 0
+                assert sub.next_buffered() is None
+                await message.ack(receipt=True)
+        assert len(frames(broker, "ACK")) == 1

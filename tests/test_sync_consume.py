@@ -122,3 +122,15 @@ def test_health_and_bad_options(client: Client):
         client.consume("/queue/x", async_handler)
     client.close()
     assert not client.health().connected and client.health().state == "closed"
+
+
+def test_next_buffered_takes_without_waiting_and_the_message_acks(client: Client, stomp_broker_thread: Broker):
+    with client.subscribe("/queue/snb", ack="client-individual") as sub:
+        assert sub.next_buffered() is None
+        client.send("/queue/snb", b"one", receipt=True)
+        until(lambda: sub.pending == 1)
+        message = sub.next_buffered()
+        assert message is not None and message.body == b"one" and sub.pending == 0
+        assert sub.next_buffered() is None
+        message.ack(receipt=True)
+    assert len(frames(stomp_broker_thread, "ACK")) == 1
