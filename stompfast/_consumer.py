@@ -26,7 +26,7 @@ import inspect
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, List, Mapping, Optional, Set, Tuple, Union
+from typing import Any, Awaitable, Callable, List, Mapping, Optional, Tuple, Union
 
 import anyio
 import anyio.abc
@@ -130,7 +130,7 @@ class AsyncConsumer:
 
     __slots__ = (
         "destination", "subscription", "handler", "concurrency", "on_error", "settles", "clock", "stopping",
-        "idle", "started", "workers_left", "done", "error", "handled", "acked", "nacked", "failed", "stale",
+        "started", "workers_left", "done", "error", "handled", "acked", "nacked", "failed", "stale",
     )
 
     def __init__(
@@ -153,8 +153,6 @@ class AsyncConsumer:
         self.clock = clock
         # No worker takes another message once this is set (drain, stop, a failure).
         self.stopping = False
-        # The cancel scopes of the workers waiting for a message (stopping cancels them).
-        self.idle: Set[anyio.CancelScope] = set()
         # When each worker's running handler started (the client's clock), 0.0 while it waits.
         self.started: List[float] = [0.0] * concurrency
         self.workers_left = concurrency
@@ -181,12 +179,12 @@ class AsyncConsumer:
         settles = self.settles
         try:
             while not self.stopping:
-                # The common case first: a buffered message is taken without a wait (no scope).
+                # The common case first: a buffered message is taken without a wait.
                 message = next_buffered()
                 if message is None:
-                    message = await self._wait_for_message()
-                    if message is None:
+                    if not await self._wait_for_message():
                         return
+                    continue
                 self.handled += 1
                 started[number] = clock()
                 try:
@@ -209,23 +207,19 @@ class AsyncConsumer:
             if not self.workers_left:
                 self.done.set()
 
-    async def _wait_for_message(self) -> Optional[Message]:
-        """The next message, waiting; None when the consumer stops (or its subscription ended) meanwhile."""
-        with anyio.CancelScope() as scope:
-            self.idle.add(scope)
-            try:
-                return await self.subscription.receive()
-            except ClientClosedError:
-                # The subscription was closed (drain, or the client closing): no error of ours.
-                self.stopping = True
-                return None
-            except StompError as exc:
-                # The connection failed for good: every worker stops with it.
-                self.stop_taking(exc)
-                return None
-            finally:
-                self.idle.discard(scope)
-        return None
+    async def _wait_for_message(self) -> bool:
+        """Wait until a message is buffered or the consumer is told to stop; False: stop now."""
+        try:
+            await self.subscription.wait_buffered()
+        except ClientClosedError:
+            # The subscription was closed (drain, or the client closing): no error of ours.
+            self.stopping = True
+            return False
+        except StompError as exc:
+            # The connection failed for good: every worker stops with it.
+            self.stop_taking(exc)
+            return False
+        return True
 
     async def _handle_error(self, message: Message, exc: Exception) -> None:
         decision: Any = self.on_error
@@ -271,8 +265,8 @@ class AsyncConsumer:
         if error is not None and self.error is None:
             self.error = error
         self.stopping = True
-        for scope in list(self.idle):
-            scope.cancel()
+        # The waiting workers see ``stopping`` as they wake.
+        self.subscription.wake()
 
     @property
     def running(self) -> int:

@@ -295,6 +295,27 @@ class AsyncSubscription:
             inlet.space = None
         return message
 
+    async def wait_buffered(self) -> None:
+        """Return once a message is buffered, or :meth:`wake` was called; waits no longer than that.
+
+        With :meth:`next_buffered`, a loop that takes messages and can be told
+        to stop while it waits (``consume``'s workers) without a cancel scope per
+        wait. Raises as :meth:`receive` does once the subscription is closed and
+        its buffer is empty.
+        """
+        if self._buffer:
+            return
+        inlet = self._inlet
+        if inlet.closed:
+            self._raise_closed()
+        if inlet.ready.is_set():
+            inlet.ready = anyio.Event()
+        await inlet.ready.wait()
+
+    def wake(self) -> None:
+        """Wake every task waiting in :meth:`wait_buffered` (a waiting :meth:`receive` waits on)."""
+        self._inlet.ready.set()
+
     async def receive_batch(self, max_messages: int = 100) -> List[Message]:
         """Up to ``max_messages`` buffered messages; waits until there is at least one."""
         if not self._buffer:
