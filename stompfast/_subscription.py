@@ -242,6 +242,7 @@ class AsyncSubscription:
         return self
 
     async def __anext__(self) -> Message:
+        # next_buffered() inlined: this is the README loop's path for every message.
         buffer = self._buffer
         if buffer:
             message = buffer.popleft()
@@ -265,19 +266,11 @@ class AsyncSubscription:
             ConnectionLostError, ServerError, HeartbeatTimeout: the connection
                 failed (after every buffered message was handed out).
         """
-        buffer = self._buffer
-        inlet = self._inlet
-        while not buffer:
-            if inlet.closed:
-                self._raise_closed()
-            if inlet.ready.is_set():
-                inlet.ready = anyio.Event()
-            await inlet.ready.wait()
-        message = buffer.popleft()
-        if inlet.space is not None and len(buffer) < self._pause_at:
-            inlet.space.set()
-            inlet.space = None
-        return message
+        while True:
+            message = self.next_buffered()
+            if message is not None:
+                return message
+            await self.wait_buffered()
 
     def next_buffered(self) -> Optional[Message]:
         """The next buffered message, or None when none is buffered; never waits.
