@@ -602,3 +602,47 @@ def test_install_is_opt_in_and_refuses_after_real_stomp(tmp_path: Any) -> None:
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("refused: stomp.py is already imported")
+
+
+def test_kept_quirk_an_attribute_error_in_on_send_is_swallowed(broker: Broker, queue: str) -> None:
+    # stomp.py skips listeners without on_send by catching AttributeError, which also hides
+    # one raised inside an on_send: the frame is still sent (docs/migrating.md, kept on purpose)
+    conn = make(broker)
+
+    class Broken(stomp.ConnectionListener):
+        def on_send(self, frame: Any) -> None:
+            raise AttributeError("a bug in the listener")
+
+    rec = Recorder()
+    conn.set_listener("broken", Broken())
+    conn.set_listener("rec", rec)
+    conn.connect(wait=True)
+    conn.send(queue, "x", receipt="sent-anyway")
+    wait_until(lambda: "sent-anyway" in rec.of("receipt"), what="the receipt")
+    conn.disconnect(receipt="bye")
+
+
+def test_kept_quirk_encoding_does_not_change_the_body_encoding(broker: Broker, queue: str) -> None:
+    # stomp.py 8 stores `encoding` but encodes and decodes bodies as UTF-8 regardless
+    conn = make(broker, encoding="latin-1")
+    rec = Recorder()
+    conn.set_listener("rec", rec)
+    conn.connect(wait=True)
+    subscribe(conn, "1.1", queue)
+    conn.send(queue, "é")
+    wait_until(lambda: rec.of("message"), what="the message")
+    conn.disconnect(receipt="bye")
+    sent = [f for f in broker.received if f.command == "SEND" and f.headers["destination"] == queue]
+    assert sent[0].body == "é".encode("utf-8") and rec.of("message")[0].body == "é"
+
+
+@stompfast_only
+def test_timeout_bounds_the_connect_only(broker: Broker, queue: str) -> None:
+    # stomp.py leaves `timeout` on the socket, so a connection idle that long ends there
+    conn = make(broker, timeout=0.3)
+    rec = Recorder()
+    conn.set_listener("rec", rec)
+    conn.connect(wait=True)
+    time.sleep(0.8)
+    assert conn.is_connected() and "disconnected" not in rec.names()
+    conn.disconnect(receipt="bye")

@@ -101,8 +101,9 @@ class _Common:
 
         With ``auto_content_length`` (the default) a non-empty body gets ``content-length``.
         """
-        _required(destination, "destination")
-        _required(body, "body")
+        if destination is None or body is None:
+            _required(destination, "destination")
+            _required(body, "body")
         headers = utils.merge_headers([headers, keyword_headers])
         headers[HDR_DESTINATION] = destination
         if content_type:

@@ -128,10 +128,10 @@ class BaseTransport(listener.Publisher):
         """Add (or replace) the listener called ``name``.
 
         Raises:
-            TypeError: ``listener`` is ``None`` (stomp.py asserts).
+            AssertionError: ``listener`` is ``None`` (as stomp.py's assert, but also under ``python -O``).
         """
         if listener is None:
-            raise TypeError("listener must not be None")
+            raise AssertionError("listener must not be None")
         with self._listeners_lock:
             self.listeners[name] = listener
             self._sorted = [item[1] for item in sorted(self.listeners.items(), key=_name)]
@@ -234,21 +234,26 @@ class BaseTransport(listener.Publisher):
         data = utils.encode(body) if body else b""
         headers = frame.headers
         given_length = HDR_CONTENT_LENGTH in headers
+        fields: Any = headers
         if data and given_length:
             headers[HDR_CONTENT_LENGTH] = len(data)
-        fields: Any = headers
-        plain = True
-        for value in headers.values():
-            if type(value) is not str:
-                plain = False
-                break
-        if not plain or (data and given_length):
-            fields = []
-            for key, value in headers.items():
-                if value is None or (data and key == HDR_CONTENT_LENGTH):
+            # the encoder writes content-length itself for a non-empty body
+            fields = headers.copy()
+            del fields[HDR_CONTENT_LENGTH]
+        try:
+            return self._encode_fields(cmd, fields, data, given_length)
+        except TypeError:
+            # None values, tuples (repeated headers) or other objects: stomp.py writes
+            # "%s" of each value, and leaves out None
+            pairs = []
+            for key, value in fields.items():
+                if value is None:
                     continue
                 for one in value if type(value) is tuple else (value,):
-                    fields.append((key, one if type(one) is str else str(one)))
+                    pairs.append((key, one if type(one) is str else "%s" % (one,)))
+            return self._encode_fields(cmd, pairs, data, given_length)
+
+    def _encode_fields(self, cmd: str, fields: Any, data: bytes, given_length: bool) -> bytes:
         if data and not given_length:
             # no content-length: the head encoded alone (encode_frame adds none to an empty
             # body), then the body and the NUL; the body must hold no NUL, as on stomp.py
@@ -319,11 +324,26 @@ class BaseTransport(listener.Publisher):
                     body: Any = raw.body
                     if decode:
                         body = body.decode("utf-8", "replace")
-                    f = utils.Frame(raw.command, dict(raw.headers), body)
-                    if raw.command == "CONNECTED":
-                        # the session's version decides the escapes from here on (1.0: none)
-                        scanner.version = f.headers.get("version", "1.0")
-                    process(f, raw.body)
+                    command = raw.command
+                    f = utils.Frame(command, dict(raw.headers), body)
+                    if command == "MESSAGE":
+                        # process_frame's MESSAGE path, inlined: the per-message cost is the point
+                        listeners = self._sorted
+                        for each in listeners:
+                            callback = getattr(each, "on_before_message", None)
+                            if callback is not None:
+                                callback(f)
+                        if log.isEnabledFor(log.DEBUG):
+                            log.debug("received frame: %r, headers=%r, body=%r", f.cmd, f.headers, f.body)
+                        for each in self._sorted:
+                            callback = getattr(each, "on_message", None)
+                            if callback is not None:
+                                callback(f)
+                    else:
+                        if command == "CONNECTED":
+                            # the session's version decides the escapes from here on (1.0: none)
+                            scanner.version = f.headers.get("version", "1.0")
+                        process(f, raw.body)
                     if not self.running:
                         break
         finally:

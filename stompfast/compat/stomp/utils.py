@@ -207,7 +207,9 @@ class Frame:
     def __init__(self, cmd: Optional[str], headers: Optional[Dict[str, Any]] = None, body: Any = None) -> None:
         self.cmd = cmd
         self.headers: Dict[str, Any] = headers if headers is not None else {}
-        self.original_headers: Dict[str, Any] = copy.copy(self.headers)
+        self.original_headers: Dict[str, Any] = (
+            self.headers.copy() if type(self.headers) is dict else copy.copy(self.headers)
+        )
         self.body = body
 
     def __str__(self) -> str:
