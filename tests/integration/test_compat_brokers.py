@@ -13,12 +13,15 @@ ids); ``STOMPFAST_COMPAT_IMPL=stomppy`` runs the same tests on the real stomp.py
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 import uuid
 from typing import Any, Tuple
 
 import pytest
-from compatimpl import Recorder, load, wait_until
+from compatimpl import IMPL, Recorder, load, wait_until
 
 from stompfast._config import parse_url
 
@@ -156,3 +159,98 @@ def test_rabbitmq_reads_the_12_host_header_as_its_vhost(broker_url: str, broker:
         conn.connect("guest", "guest", wait=True)
     error = rec.of("error")[0]
     assert "access denied" in (str(error.body) + error.headers.get("message", "")).lower()
+
+
+def test_a_non_fatal_error_keeps_the_session(broker: str, broker_url: str, queue: str) -> None:
+    # A SEND in a transaction never begun: RabbitMQ ("Bad transaction") and ActiveMQ
+    # ("Invalid transaction id") answer ERROR and keep the connection, and stomp.py keeps
+    # the session; Artemis accepts the SEND (its receipt arrives, no ERROR)
+    conn, rec = open_conn(broker, broker_url, "1.2")
+    conn.send(queue, "x", transaction="never-begun", receipt="in-unknown-tx")
+    if broker == "artemis":
+        wait_until(lambda: "in-unknown-tx" in rec.of("receipt"), timeout=10, what="Artemis's receipt")
+        assert rec.of("error") == []
+    else:
+        wait_until(lambda: rec.of("error"), timeout=10, what="the ERROR")
+        expected = {"rabbitmq": "Bad transaction", "activemq": "Invalid transaction id"}[broker]
+        assert rec.of("error")[0].headers["message"].startswith(expected)
+    conn.send(queue, "after", receipt="after-error")
+    wait_until(lambda: "after-error" in rec.of("receipt"), timeout=10, what="a receipt after the ERROR")
+    assert conn.is_connected() and "disconnected" not in rec.names()
+    close(conn, rec)
+
+
+def test_nack_per_broker(broker: str, broker_url: str, version: str, queue: str) -> None:
+    # RabbitMQ redelivers a NACKed message at once; ActiveMQ and Artemis do not (dead-letter)
+    if version == "1.0":
+        pytest.skip("NACK is 1.1 and 1.2 only (Connection10 has no nack)")
+    conn, rec = open_conn(broker, broker_url, version)
+    subscribe(conn, rec, version, queue, ack="client-individual")
+    conn.send(queue, "nack me")
+    wait_until(lambda: rec.of("message"), timeout=10, what="the message")
+    h = rec.of("message")[0].headers
+    if version == "1.1":
+        conn.nack(h["message-id"], h["subscription"], receipt="nacked")
+    else:
+        conn.nack(h["ack"], receipt="nacked")
+    wait_until(lambda: "nacked" in rec.of("receipt"), timeout=10, what="the NACK's receipt")
+    if broker == "rabbitmq":
+        wait_until(lambda: len(rec.of("message")) == 2, timeout=10, what="the redelivery")
+        assert rec.of("message")[1].body == "nack me"
+        last = rec.of("message")[1].headers
+        if version == "1.1":
+            conn.ack(last["message-id"], last["subscription"], receipt="acked")
+        else:
+            conn.ack(last["ack"], receipt="acked")
+        wait_until(lambda: "acked" in rec.of("receipt"), timeout=10, what="the ACK's receipt")
+    else:
+        time.sleep(1.0)
+        assert len(rec.of("message")) == 1
+    assert rec.of("error") == []
+    close(conn, rec)
+
+
+PROGRAM = """
+import sys, time
+import stomp
+
+class Listener(stomp.ConnectionListener):
+    def __init__(self):
+        self.bodies = []
+    def on_message(self, frame):
+        self.bodies.append(frame.body)
+
+host, port, queue = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+conn = stomp.Connection([(host, port)], heartbeats=(0, 0))
+listener = Listener()
+conn.set_listener("", listener)
+conn.connect("guest", "guest", wait=True)
+conn.subscribe(destination=queue, id=1, ack="auto", receipt="subscribed")
+waiter = stomp.WaitingListener("sent")
+conn.set_listener("waiter", waiter)
+time.sleep(0.5)
+conn.send(body="hello from a stomp.py program", destination=queue, receipt="sent")
+waiter.wait_on_receipt()
+deadline = time.time() + 10
+while not listener.bodies and time.time() < deadline:
+    time.sleep(0.01)
+print(type(conn).__module__, listener.bodies)
+conn.disconnect()
+"""
+
+
+def test_a_stomp_py_program_runs_unchanged_after_install(broker: str, broker_url: str, queue: str,
+                                                          tmp_path: Any) -> None:
+    program = tmp_path / "program.py"
+    program.write_text(PROGRAM)
+    runner: list = []
+    if IMPL == "stompfast":
+        runner = ["-c", "import sys, runpy, stompfast.compat; stompfast.compat.install();"
+                  " sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"]
+    host, port = address(broker_url)
+    done = subprocess.run([sys.executable, *runner, str(program), host, str(port), queue], capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    module, _, bodies = done.stdout.strip().partition(" ")
+    assert bodies == "['hello from a stomp.py program']"
+    assert module.startswith("stompfast.compat.stomp" if IMPL == "stompfast" else "stomp.")
