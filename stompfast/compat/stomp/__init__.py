@@ -10,7 +10,8 @@
 
 The names are stomp.py 8.x's: ``Connection`` (STOMP 1.1), ``Connection10/11/12`` and
 their ``StompConnection1x`` aliases, the listeners (``ConnectionListener``,
-``StatsListener``, ``WaitingListener``, ``PrintingListener``, ``TestListener``) and the
+``StatsListener``, ``WaitingListener``, ``PrintingListener``; ``TestListener`` is in
+``listener``, as in stomp.py) and the
 modules ``connect``, ``listener``, ``protocol``, ``transport``, ``utils``,
 ``exception``, ``constants``, ``logging`` (and ``log``, stomp.py 9's name for it).
 :func:`stompfast.compat.install` makes ``import stomp`` give this package, for code that
@@ -37,7 +38,6 @@ ConnectionListener = listener.ConnectionListener
 StatsListener = listener.StatsListener
 WaitingListener = listener.WaitingListener
 PrintingListener = listener.PrintingListener
-TestListener = listener.TestListener
 
 
 class WSStompConnection:
@@ -67,7 +67,6 @@ __all__ = [
     "StompConnection10",
     "StompConnection11",
     "StompConnection12",
-    "TestListener",
     "WSConnection",
     "WSStompConnection",
     "WaitingListener",
