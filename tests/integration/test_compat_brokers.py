@@ -254,3 +254,36 @@ def test_a_stomp_py_program_runs_unchanged_after_install(broker: str, broker_url
     module, _, bodies = done.stdout.strip().partition(" ")
     assert bodies == "['hello from a stomp.py program']"
     assert module.startswith("stompfast.compat.stomp" if IMPL == "stompfast" else "stomp.")
+
+
+@pytest.fixture
+def rabbitmq_tls() -> Tuple[Tuple[str, int], str, str]:
+    """RabbitMQ's TLS listener and the CA files brokers.sh made: ``(address, ca, bad_ca)``."""
+    url = os.environ.get("STOMPFAST_RABBITMQ_TLS_URL")
+    ca, bad = os.environ.get("STOMPFAST_TLS_CA"), os.environ.get("STOMPFAST_TLS_BAD_CA")
+    if not (url and ca and bad and os.path.exists(ca)):
+        message = "no RabbitMQ TLS listener configured (eval \"$(bash scripts/brokers.sh env)\")"
+        if os.environ.get("STOMPFAST_REQUIRE_BROKERS") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return address(url), ca, bad
+
+
+def test_set_ssl_on_rabbitmq(rabbitmq_tls: Tuple[Tuple[str, int], str, str], queue: str) -> None:
+    where, ca, bad = rabbitmq_tls
+    conn = stomp.Connection11([where], vhost="/")
+    conn.set_ssl(for_hosts=[where], ca_certs=ca)
+    assert conn.get_ssl(where)["ca_certs"] == ca
+    rec = Recorder()
+    conn.set_listener("rec", rec)
+    conn.connect("guest", "guest", wait=True)
+    subscribe(conn, rec, "1.1", queue)
+    conn.send(queue, "over TLS")
+    wait_until(lambda: rec.of("message"), timeout=10, what="the message")
+    assert rec.of("message")[0].body == "over TLS"
+    close(conn, rec)
+    # a CA that did not sign the broker's certificate: every attempt fails, then ConnectFailed
+    refused = stomp.Connection11([where], vhost="/", reconnect_attempts_max=1)
+    refused.set_ssl(for_hosts=[where], ca_certs=bad)
+    with pytest.raises(stomp.exception.ConnectFailedException):
+        refused.connect("guest", "guest", wait=True)
