@@ -88,6 +88,32 @@ def test_public_names() -> None:
     assert stomp.constants.CMD_STOMP == "STOMP" and stomp.constants.HDR_RECEIPT == "receipt"
 
 
+@stompfast_only
+def test_the_compat_layer_imports_only_stompfast_public_modules() -> None:
+    # issue 25: the compat layer is built on stompfast's public API (the scanner and encoder
+    # as the package exports them), never on a private module such as stompfast._scanner
+    import ast
+    from pathlib import Path
+
+    import stompfast.compat
+
+    root = Path(stompfast.compat.__file__).resolve().parent
+    package = root.parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                base = path.parent
+                for _ in range(node.level - 1):
+                    base = base.parent
+                parts = list(base.relative_to(package.parent).parts) if node.level else []
+                parts += (node.module or "").split(".") if node.module else []
+                if parts[:1] == ["stompfast"] and parts[1:2] != ["compat"]:
+                    if any(p.startswith("_") and not p.startswith("__") for p in parts):
+                        found.append(f"{path.name}:{node.lineno}: from {'.' * node.level}{node.module or ''}")
+    assert found == []
+
+
 def test_full_session_and_callback_order(broker: Broker, version: str, queue: str) -> None:
     conn = make(broker, version)
     rec = Recorder()

@@ -26,7 +26,7 @@ import time
 from time import monotonic
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ..._scanner import FrameScanner, encode_frame
+from ... import FrameScanner, encode_frame
 from ...errors import ProtocolError
 from . import exception, listener, logging as log, utils
 from .constants import CMD_DISCONNECT, HDR_CONTENT_LENGTH, HDR_RECEIPT
