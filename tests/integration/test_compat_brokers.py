@@ -287,3 +287,18 @@ def test_set_ssl_on_rabbitmq(rabbitmq_tls: Tuple[Tuple[str, int], str, str], que
     refused.set_ssl(for_hosts=[where], ca_certs=bad)
     with pytest.raises(stomp.exception.ConnectFailedException):
         refused.connect("guest", "guest", wait=True)
+
+
+@pytest.mark.filterwarnings("ignore:ssl.PROTOCOL_TLSv1 is deprecated:DeprecationWarning")
+def test_set_ssl_ignores_ssl_version_on_rabbitmq(rabbitmq_tls: Tuple[Tuple[str, int], str, str]) -> None:
+    # stomp.py 8 builds its context with PROTOCOL_TLS_CLIENT whatever ssl_version says
+    import ssl
+
+    where, ca, _ = rabbitmq_tls
+    conn = stomp.Connection11([where], vhost="/", reconnect_attempts_max=1)
+    conn.set_ssl(for_hosts=[where], ca_certs=ca, ssl_version=ssl.PROTOCOL_TLSv1)
+    rec = Recorder()
+    conn.set_listener("rec", rec)
+    conn.connect("guest", "guest", wait=True)
+    assert conn.is_connected()
+    close(conn, rec)

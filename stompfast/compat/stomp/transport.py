@@ -558,7 +558,9 @@ class Transport(BaseTransport):
             raise exception.ConnectFailedException()
 
     def _wrap_tls(self, sock: socket.socket, host_and_port: HostAndPort, params: Dict[str, Any]) -> socket.socket:
-        context = ssl.SSLContext(params["ssl_version"])
+        # stomp.py 8 stores ssl_version but builds every context with PROTOCOL_TLS_CLIENT
+        # (TLS 1.2+ negotiated): old code passing PROTOCOL_TLSv1 connects there, so here too
+        context = ssl.SSLContext(DEFAULT_SSL_VERSION)
         if params["ca_certs"]:
             context.load_verify_locations(params["ca_certs"])
             context.verify_mode = ssl.CERT_REQUIRED
@@ -589,7 +591,9 @@ class Transport(BaseTransport):
         """Use TLS for the listed ``(host, port)`` pairs.
 
         Without ``ca_certs`` the broker's certificate is not verified (stomp.py's default);
-        with it, it is verified against that CA file and the host name.
+        with it, it is verified against that CA file and the host name. ``ssl_version`` is
+        stored (``get_ssl`` returns it) and otherwise ignored, as in stomp.py 8: the context
+        is always ``ssl.PROTOCOL_TLS_CLIENT``, which negotiates the highest version both support.
         """
         for host_port in for_hosts:
             self._ssl_params[host_port] = dict(key_file=key_file, cert_file=cert_file, ca_certs=ca_certs,
