@@ -557,6 +557,77 @@ def test_context_manager_wait_timeout_bounds_the_exit(queue: str) -> None:
         assert not conn.is_connected()
 
 
+class _DeafBroker:
+    """Answers CONNECT with CONNECTED, then reads and ignores everything, keeping the socket open."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.closed_by_client = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.server.accept()
+        with conn:
+            data = b""
+            while b"\x00" not in data:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                data += chunk
+            conn.sendall(b"CONNECTED\nversion:1.1\n\n\x00")
+            while conn.recv(4096):
+                pass  # DISCONNECT included: no RECEIPT, ever
+            self.closed_by_client.set()
+
+    def close(self) -> None:
+        self.server.close()
+
+
+@stompfast_only
+@pytest.mark.timeout(20)
+def test_wait_timeout_bounds_the_with_exit_when_disconnect_is_ignored() -> None:
+    # a broker that ignores DISCONNECT and keeps the socket open: stomp.py's exit waits for
+    # ever (first in disconnect()'s transport.stop(), then for the receipt); with the opt-in
+    # wait_timeout every wait of the exit shares that bound, and the socket is closed
+    deaf = _DeafBroker()
+    try:
+        conn = stomp.Connection11([("127.0.0.1", deaf.port)], wait_timeout=0.5)
+        rec = Recorder()
+        conn.set_listener("rec", rec)
+        with conn:
+            conn.connect(wait=True)
+            assert conn.is_connected()
+            started = time.monotonic()
+        took = time.monotonic() - started
+        assert took < 0.5 + 1.0, took
+        assert not conn.is_connected()
+        assert deaf.closed_by_client.wait(5), "the socket was left open"
+        wait_until(lambda: "disconnected" in rec.names(), what="on_disconnected")
+        assert rec.names().count("disconnected") == 1
+    finally:
+        deaf.close()
+
+
+@stompfast_only
+@pytest.mark.timeout(20)
+def test_wait_timeout_bounds_disconnect_with_a_receipt() -> None:
+    deaf = _DeafBroker()
+    try:
+        conn = stomp.Connection11([("127.0.0.1", deaf.port)], wait_timeout=0.5)
+        conn.connect(wait=True)
+        started = time.monotonic()
+        conn.disconnect(receipt="never-answered")
+        assert time.monotonic() - started < 0.5 + 1.0
+        assert not conn.is_connected()
+        assert deaf.closed_by_client.wait(5), "the socket was left open"
+    finally:
+        deaf.close()
+
+
 @pytest.mark.timeout(30)
 @pytest.mark.filterwarnings("ignore:ssl.PROTOCOL_TLSv1 is deprecated:DeprecationWarning")
 def test_set_ssl_ignores_ssl_version_as_stomp_py_does(tmp_path: Any, queue: str) -> None:

@@ -2,10 +2,13 @@
 
 ``StompConnection10``, ``StompConnection11`` and ``StompConnection12`` take stomp.py 8's
 constructor arguments and defaults. ``wait_timeout`` (keyword only) is a stompfast
-addition: ``None`` (the default) keeps stomp.py's unbounded waits in ``with`` exit; a
-number of seconds bounds them, after which the socket is closed.
+addition: ``None`` (the default) keeps stomp.py's unbounded waits in ``disconnect(receipt)``
+and the ``with`` exit; a number of seconds bounds them, all of the exit's waits together
+(the receiver's end, the DISCONNECT's receipt, ``on_disconnected``), after which the
+socket is closed.
 """
 
+from time import monotonic
 from typing import Any, List, Optional, Tuple, Type
 
 from . import utils
@@ -35,13 +38,27 @@ class BaseConnection(Publisher):
 
     def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
         listener = self.disconnect_listener
-        self.disconnect(self.disconnect_receipt_id)
-        if listener is None:
+        timeout = self.wait_timeout
+        if timeout is None:
+            # stomp.py's exit: every wait unbounded (for ever when the broker never answers
+            # the DISCONNECT, or when disconnect() sent nothing because the connection was gone)
+            self.disconnect(self.disconnect_receipt_id)
+            if listener is not None:
+                listener.wait_on_receipt()
+                listener.wait_on_disconnected()
             return
-        # stomp.py waits here without a bound, even when disconnect() sent nothing
-        # because the connection was already gone (then forever): wait_timeout bounds it
-        if not listener.wait_on_receipt(self.wait_timeout) or not listener.wait_on_disconnected(self.wait_timeout):
-            self.transport.disconnect_socket()
+        # wait_timeout: one deadline for the whole exit (disconnect()'s wait for the receiver
+        # is bounded by wait_timeout, the receipt and on_disconnected by what is left of it)
+        deadline = monotonic() + timeout
+        try:
+            self.disconnect(self.disconnect_receipt_id)
+            if listener is not None:
+                listener.wait_on_receipt(max(0.0, deadline - monotonic()))
+                listener.wait_on_disconnected(max(0.0, deadline - monotonic()))
+        finally:
+            # whatever answered or not, no socket outlives the exit
+            if self.transport.socket is not None:
+                self.transport.disconnect_socket()
 
     def disconnect(self, receipt: Optional[str] = None, headers: Headers = None, **keyword_headers: Any) -> None:
         """Send DISCONNECT (the protocol class's)."""
@@ -78,9 +95,11 @@ class BaseConnection(Publisher):
 def _disconnect(conn: Any, protocol: Type[Any], receipt: Optional[str], headers: Headers,
                 keyword_headers: Any) -> None:
     protocol.disconnect(conn, receipt, headers, **keyword_headers)
-    # only a caller-given receipt makes disconnect() wait for the receiver to end (stomp.py)
+    # only a caller-given receipt makes disconnect() wait for the receiver to end (stomp.py,
+    # for ever); with wait_timeout that wait is bounded, and the socket closed when time is up
     if receipt is not None:
-        conn.transport.stop()
+        if not conn.transport.stop(conn.wait_timeout):
+            conn.transport.disconnect_socket()
 
 
 class StompConnection10(BaseConnection, Protocol10):
@@ -119,7 +138,7 @@ class StompConnection10(BaseConnection, Protocol10):
         Protocol10.connect(self, *args, **kwargs)
 
     def disconnect(self, receipt: Optional[str] = None, headers: Headers = None, **keyword_headers: Any) -> None:
-        """Send DISCONNECT; with a ``receipt`` given, also wait until the receiver thread ended (unbounded)."""
+        """Send DISCONNECT; with a ``receipt`` given, also wait until the receiver thread ended (see ``wait_timeout``)."""
         _disconnect(self, Protocol10, receipt, headers, keyword_headers)
 
 
@@ -165,7 +184,7 @@ class StompConnection11(BaseConnection, Protocol11):
         Protocol11.connect(self, *args, **kwargs)
 
     def disconnect(self, receipt: Optional[str] = None, headers: Headers = None, **keyword_headers: Any) -> None:
-        """Send DISCONNECT; with a ``receipt`` given, also wait until the receiver thread ended (unbounded)."""
+        """Send DISCONNECT; with a ``receipt`` given, also wait until the receiver thread ended (see ``wait_timeout``)."""
         _disconnect(self, Protocol11, receipt, headers, keyword_headers)
 
 
@@ -182,7 +201,7 @@ class StompConnection12(BaseConnection, Protocol12):
         Protocol12.connect(self, *args, **kwargs)
 
     def disconnect(self, receipt: Optional[str] = None, headers: Headers = None, **keyword_headers: Any) -> None:
-        """Send DISCONNECT; with a ``receipt`` given, also wait until the receiver thread ended (unbounded)."""
+        """Send DISCONNECT; with a ``receipt`` given, also wait until the receiver thread ended (see ``wait_timeout``)."""
         _disconnect(self, Protocol12, receipt, headers, keyword_headers)
 
     @staticmethod

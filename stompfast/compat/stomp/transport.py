@@ -78,6 +78,7 @@ class BaseTransport(listener.Publisher):
         self._sorted: List[Any] = []
         self._listeners_lock = threading.Lock()
         self._receiver_exit = threading.Condition()
+        self._disconnected_lock = threading.Lock()
         self._receiver_exited = False
         self._connect_wait = threading.Condition()
         self._send_wait = threading.Condition()
@@ -99,11 +100,23 @@ class BaseTransport(listener.Publisher):
         self.create_thread_fc(self._receiver_loop)
         self.notify("connecting")
 
-    def stop(self) -> None:
-        """Wait until the receiver thread has ended or the connection is no longer connected."""
+    def stop(self, timeout: Optional[float] = None) -> bool:
+        """Wait until the receiver thread has ended or the connection is no longer connected.
+
+        ``timeout`` (a stompfast addition; ``None``, stomp.py's, waits for ever) bounds the
+        wait in seconds. Returns whether the wait ended before the time was up.
+        """
+        deadline = None if timeout is None else monotonic() + timeout
         with self._receiver_exit:
             while not self._receiver_exited and self.is_connected():
-                self._receiver_exit.wait()
+                if deadline is None:
+                    self._receiver_exit.wait()
+                    continue
+                left = deadline - monotonic()
+                if left <= 0:
+                    return False
+                self._receiver_exit.wait(left)
+        return True
 
     def is_connected(self) -> bool:
         """Whether CONNECTED arrived and the connection has not ended since."""
@@ -292,6 +305,15 @@ class BaseTransport(listener.Publisher):
         if not self.running or not self.is_connected():
             raise exception.ConnectFailedException()
 
+    def _claim_disconnected(self) -> bool:
+        # on_disconnected once per connection, also when disconnect_socket() runs in another
+        # thread (a bounded disconnect, a heart-beat timeout) while the receiver loop ends
+        with self._disconnected_lock:
+            if self.notified_on_disconnect:
+                return False
+            self.notified_on_disconnect = True
+            return True
+
     def _new_scanner(self) -> FrameScanner:
         return FrameScanner(version=self.version)
 
@@ -354,7 +376,7 @@ class BaseTransport(listener.Publisher):
                 self._receiver_exit.notify_all()
             log.debug("receiver loop ended")
             self.notify("receiver_loop_completed")
-            if not self.notified_on_disconnect:
+            if self._claim_disconnected():
                 self.notify("disconnected")
             with self._connect_wait:
                 self._connect_wait.notify_all()
@@ -428,6 +450,8 @@ class Transport(BaseTransport):
 
     def disconnect_socket(self) -> None:
         """Stop the receiver, shut down and close the socket, and call ``on_disconnected`` once."""
+        # claimed before the socket closes, so the ending receiver loop does not call it too
+        claimed = self._claim_disconnected()
         self.running = False
         sock = self.socket
         if sock is not None:
@@ -442,7 +466,7 @@ class Transport(BaseTransport):
                 log.warning("unable to close socket because of error '%s'", exc)
         self.current_host_and_port = None
         self.socket = None
-        if not self.notified_on_disconnect:
+        if claimed:
             self.notify("disconnected")
 
     def send(self, encoded_frame: bytes) -> None:
