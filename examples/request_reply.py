@@ -1,56 +1,27 @@
-"""Request/reply: a service answers on the queue each request names in its reply-to header.
+"""Request/reply: a service answers requests; a client asks and gets each answer back.
 
     python examples/request_reply.py
 
-The requester keeps one reply queue of its own and matches answers by correlation-id.
-A named queue works on every broker. ActiveMQ's /temp-queue/ destinations work too
-(subscribe to one explicitly). RabbitMQ's /temp-queue/ does not with stompfast yet:
-RabbitMQ delivers the replies on a subscription it made itself, which the client does
-not know and drops (docs/recipes.md, request/reply).
+``client.request(destination, body)`` sends with a ``reply-to`` naming this client's
+reply destination (the kind the broker offers: a RabbitMQ or ActiveMQ temporary queue,
+an Artemis topic of its own) and a fresh ``correlation-id``, and returns the reply; the
+service answers with ``client.reply(request, body)``. The blocking client, with the
+service's handlers in two threads (docs/recipes.md has the async version).
 """
 
 from __future__ import annotations
-
-import threading
-import uuid
 
 from _where import broker_url
 
 from stompfast import Client
 
-
-def service(url: str, ready: threading.Event, stop: threading.Event) -> None:
-    with Client(url) as client:
-        with client.subscribe("/queue/rpc.upper", ack="client-individual") as requests:
-            ready.set()
-            while not stop.is_set():
-                for request in requests.receive_batch(100, timeout=60):
-                    client.send(request.headers["reply-to"], request.text.upper(),
-                                headers={"correlation-id": request.headers["correlation-id"]})
-                    request.ack()
-
-
-def ask(url: str, questions: list) -> dict:
-    replies = f"/queue/replies-{uuid.uuid4().hex[:8]}"
-    answers = {}
-    with Client(url) as client, client.subscribe(replies) as inbox:
-        asked = {}
-        for question in questions:
-            cid = uuid.uuid4().hex
-            asked[cid] = question
-            client.send("/queue/rpc.upper", question, headers={"reply-to": replies, "correlation-id": cid})
-        while len(answers) < len(asked):
-            reply = inbox.receive(timeout=10)
-            answers[asked[reply.headers["correlation-id"]]] = reply.text
-    return answers
-
-
 if __name__ == "__main__":
     with broker_url() as url:
-        ready, stop = threading.Event(), threading.Event()
-        threading.Thread(target=service, args=(url, ready, stop), daemon=True).start()
-        ready.wait(10)
-        answers = ask(url, ["hello", "stomp", "world"])
-        stop.set()
-        for question, answer in answers.items():
-            print(f"{question} -> {answer}")
+        with Client(url) as service, Client(url) as client:
+            # The service: every request is answered, then acked
+            service.consume("/queue/rpc.upper", lambda request: service.reply(request, request.text.upper()),
+                            concurrency=2)
+            for question in ("hello", "stomp", "world"):
+                answer = client.request("/queue/rpc.upper", question, timeout=10)
+                print(f"{question} -> {answer.text}")
+            service.drain(timeout=5)

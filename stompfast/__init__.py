@@ -2,12 +2,15 @@
 
 from ._client import AsyncClient, AsyncTransaction, Receipt
 from ._config import Endpoint
+from ._consumer import AsyncConsumer, ConsumerStats, Nack
+from ._health import DrainReport, Health
 from ._protocol import Message, OversizedMessage
 from ._reconnect import ConnectionEvent, ReconnectPolicy
 from ._scanner import FrameScanner, encode_frame
 from ._stats import ClientStats, RttSummary
 from ._subscription import AsyncSubscription
 from ._sync import Client, Portal, ReceiptFuture, Subscription, SyncMessage, Transaction
+from ._sync_consumer import Consumer
 from .errors import (
     AlreadySettledError,
     AuthenticationError,
@@ -26,6 +29,7 @@ from .errors import (
     ReceiptTimeout,
     ReceiveTimeout,
     RemoteProtocolError,
+    RequestTimeout,
     ServerError,
     StaleMessageError,
     StompConnectionError,
@@ -49,6 +53,7 @@ _logging.getLogger("stompfast").addHandler(_logging.NullHandler())
 __all__ = [
     "AlreadySettledError",
     "AsyncClient",
+    "AsyncConsumer",
     "AsyncSubscription",
     "AsyncTransaction",
     "AuthenticationError",
@@ -60,15 +65,20 @@ __all__ = [
     "ConnectTimeout",
     "ConnectionEvent",
     "ConnectionLostError",
+    "Consumer",
+    "ConsumerStats",
+    "DrainReport",
     "Endpoint",
     "FlowControlError",
     "Frame",
     "FrameScanner",
+    "Health",
     "HeartbeatTimeout",
     "LimitExceededError",
     "LocalProtocolError",
     "Message",
     "MessageTooLargeError",
+    "Nack",
     "NotStompError",
     "OversizedMessage",
     "Portal",
@@ -79,6 +89,7 @@ __all__ = [
     "ReceiveTimeout",
     "ReconnectPolicy",
     "RemoteProtocolError",
+    "RequestTimeout",
     "RttSummary",
     "ServerError",
     "StaleMessageError",

@@ -25,6 +25,7 @@ __all__ = [
     "durable_headers",
     "forget_headers",
     "prefetch_headers",
+    "reply_destination",
     "routing_type",
 ]
 
@@ -125,6 +126,28 @@ def durable_headers(broker: Optional[str], name: str) -> Dict[str, str]:
     # a broker we do not know (Artemis sends no server header on STOMP 1.0): every spelling, one name
     return {"durable": "true", "auto-delete": "false", "activemq.subscriptionName": name,
             "durable-subscription-name": name}
+
+
+def reply_destination(broker: Optional[str], token: str) -> Tuple[str, bool]:
+    """Where replies to this connection's requests go on ``broker``: ``(destination, subscribed_by_broker)``.
+
+    RabbitMQ: a ``/temp-queue/`` named in ``reply-to`` is created for the connection
+    and subscribed by the broker itself (a SUBSCRIBE to it is an ERROR); replies
+    arrive with that name as their ``subscription``. ActiveMQ Classic: the client
+    subscribes to the ``/temp-queue/`` first (the responder sees a
+    ``/remote-temp-queue/ID:...`` it can send to). Artemis has no temporary
+    destinations over STOMP: a topic of the client's own (``token``), whose
+    subscription queue is non-durable and goes with the connection. Elsewhere: a
+    queue of the client's own. Each goes away with the connection, except the
+    last and Artemis's empty address (docs/brokers.md, measured).
+    """
+    if broker == "rabbitmq":
+        return "/temp-queue/stompfast-replies", True
+    if broker == "activemq":
+        return "/temp-queue/stompfast-replies", False
+    if broker == "artemis":
+        return f"/topic/stompfast.replies.{token}", False
+    return f"/queue/stompfast-replies-{token}", False
 
 
 def forget_headers(broker: Optional[str], name: str) -> Dict[str, str]:

@@ -12,8 +12,8 @@ client's own task group with up to four tasks, and nothing else:
   When a subscription's buffer is full it stops reading (backpressure; see
   :mod:`._subscription`), and while stopped it suspends the liveness check. On
   asyncio there is no reader task: the transport's ``data_received`` callback
-  runs the same steps (``_on_data`` in :mod:`._inbox`), and backpressure pauses the transport
-  until the full subscription's consumer takes a message (``_pause_for``);
+  runs the same steps (``Inbox.on_data`` in :mod:`._inbox`), and backpressure pauses the transport
+  until the full subscription's consumer takes a message (``Inbox._pause_for``);
 * **writer**: :meth:`send` and friends only append encoded frames to an
   outgoing list (no await unless the list holds ``send_buffer_bytes``) and wake
   the writer when the list goes from empty to non-empty, so a burst of sends
@@ -36,28 +36,35 @@ stop and the socket is closed. Later calls raise the same error.
 Leaving the ``async with`` block sends DISCONNECT with a receipt and waits for
 it, shielded and bounded by ``disconnect_timeout``, then closes the socket.
 
-The class is put together from parts with one job each, one module per part
-(docs/architecture.md draws the data flow): :mod:`._link` (open a connection,
-CONNECT, install it), :mod:`._supervisor` (the broker list and reconnecting),
-:mod:`._outbox` (the send queue, the writer, heart-beats), :mod:`._inbox`
-(reading, dispatch to subscriptions and receipts, flow control, liveness) and
-:mod:`._session` (subscribe, ACK/NACK, transactions). This module holds the
-public API, the client's lifecycle (connect, close, fail; its states and their
-moves are the table of :mod:`._lifecycle`) and sending.
+The client keeps what outlives a connection and hands the rest to objects of
+their own (docs/architecture.md draws them and says who owns what): the
+current :class:`~stompfast._link.Link` (one connection: its session, its
+transport, its receipts, its :mod:`._outbox` and :mod:`._inbox`; a new
+connection is a new Link), the :class:`~stompfast._supervisor.Supervisor` (the
+broker list and reconnecting) and the :class:`~stompfast._stats.Counters`. This
+module holds the public API, the lifecycle (connect, close, fail; its states
+and their moves are the table of :mod:`._lifecycle`), sending, and the session
+operations the subscriptions and transactions ask for (subscribe, ACK/NACK,
+BEGIN/COMMIT/ABORT) through :class:`~stompfast._subscription.SubscriptionOps`
+and :class:`~stompfast._transaction.TransactionOps`.
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 import threading
+import uuid
+from logging import DEBUG
+from time import monotonic
 from typing import (
     TYPE_CHECKING,
     Any,
+    Awaitable,
     Callable,
     Dict,
     Iterable,
-    List,
     Literal,
     Mapping,
     Optional,
@@ -69,14 +76,18 @@ from typing import (
 )
 
 import anyio
+import anyio.abc
+import anyio.lowlevel
 import sniffio
 
-from ._common import RETRYABLE, body_bytes, conn_log, copy_error, where
+from ._brokers import reply_destination
+from ._common import RETRYABLE, body_bytes, conn_log, copy_error, log, where
 from ._config import Endpoint, check_positive
-from ._framelog import FrameLog
-from ._inbox import Inbox
+from ._consumer import AsyncConsumer, OnError, check_consume_options
+from ._framelog import frame_log
+from ._health import DrainReport, Health
 from ._lifecycle import CLOSED, CLOSING, CONNECTING, FAILED, NEW, OPEN, RECONNECTING, ClientState, advance, describe
-from ._link import Link
+from ._link import Link, LinkSettings, open_link
 from ._options import (
     ClientOptions,
     endpoints_and_policy,
@@ -84,16 +95,30 @@ from ._options import (
     signature as options_signature,
     tls_options,
 )
-from ._outbox import Outbox
-from ._protocol import SessionState
+from ._protocol import Message, SessionState, check_destination
 from ._receipt import PendingReceipt, Receipt
-from ._session import Session
-from ._stats import Counters
-from ._subscription import Inlet, LiveSession, SubscriptionOps
+from ._request import ReplyChannel, reply_to
+from ._stats import ClientStats, Counters
+from ._subscription import (
+    DEFAULT_BUFFER_SIZE,
+    AsyncSubscription,
+    Inlet,
+    LiveSession,
+    SubscriptionOps,
+    drop_unacked,
+)
 from ._supervisor import Supervisor
-from ._transaction import AsyncTransaction, SessionTransaction
-from ._transport import PushTransport, StompTransport, describe_error
-from .errors import ClientClosedError, ConfigurationError, ConnectionLostError, StompError
+from ._transaction import AsyncTransaction, SessionTransaction, TransactionOps
+from ._transport import AsyncioTransport, describe_error
+from .errors import (
+    ClientClosedError,
+    ConfigurationError,
+    ConnectionLostError,
+    ConnectTimeout,
+    RequestTimeout,
+    StaleMessageError,
+    StompError,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
@@ -107,7 +132,7 @@ PROTOCOL_OPTIONS = (
 )
 
 
-class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
+class AsyncClient:
     """An asynchronous STOMP client: one broker connection at a time, re-established when lost.
 
     Args:
@@ -184,97 +209,109 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
         **options: Unpack[ClientOptions],
     ) -> None:
         o = resolve_options(options, "AsyncClient")
-        heartbeat_tolerance, send_buffer_bytes = o["heartbeat_tolerance"], o["send_buffer_bytes"]
-        endpoints, self._policy = endpoints_and_policy(url, o)
+        heartbeat_tolerance = o["heartbeat_tolerance"]
+        endpoints, policy = endpoints_and_policy(url, o)
         #: every broker this client may use, in the order they are tried
         self.endpoints: Tuple[Endpoint, ...] = tuple(endpoints)
-        #: the broker of the current (or last) connection
-        self.endpoint = endpoints[0]
         if o["on_event"] is not None and not callable(o["on_event"]):
             raise ConfigurationError(f"on_event must be callable, not {o['on_event']!r}")
-        self._on_event = o["on_event"]
-        self._ssl_option, self._server_hostname = tls_options(o["ssl"], o["server_hostname"], endpoints)
-        self._heartbeat_tolerance = check_positive("heartbeat_tolerance", heartbeat_tolerance)
+        ssl_option, server_hostname = tls_options(o["ssl"], o["server_hostname"], endpoints)
+        check_positive("heartbeat_tolerance", heartbeat_tolerance)
         if heartbeat_tolerance < 1:
             raise ConfigurationError("heartbeat_tolerance must be at least 1 (a multiple of the broker's interval)")
-        self._connect_timeout = check_positive("connect_timeout", o["connect_timeout"])
-        self._send_buffer_bytes = check_positive("send_buffer_bytes", send_buffer_bytes)
-        self._write_through_bytes = send_buffer_bytes
-        self._stall_timeout = check_positive("stall_timeout", o["stall_timeout"])
-        self._disconnect_timeout = check_positive("disconnect_timeout", o["disconnect_timeout"])
         ws_max = o["websocket_max_message_bytes"]
         if type(ws_max) is not int or ws_max < 1:
             raise ConfigurationError(f"websocket_max_message_bytes must be a positive int, not {ws_max!r}")
-        self._websocket_max_message_bytes = ws_max
-        # One protocol object per connection (a new session each time); making the
-        # first one now checks versions, heart_beat and limits before any I/O.
-        self._protocol_options: Dict[str, Any] = {name: o[name] for name in PROTOCOL_OPTIONS}
-        self._protocol = self._make_protocol(self.endpoint)
-        self._transport: Optional[StompTransport] = None
+        self._settings = LinkSettings(
+            ssl=ssl_option,
+            server_hostname=server_hostname,
+            connect_timeout=check_positive("connect_timeout", o["connect_timeout"]),
+            websocket_max_message_bytes=ws_max,
+            send_buffer_bytes=check_positive("send_buffer_bytes", o["send_buffer_bytes"]),
+            stall_timeout=check_positive("stall_timeout", o["stall_timeout"]),
+            heartbeat_tolerance=heartbeat_tolerance,
+            protocol_options={name: o[name] for name in PROTOCOL_OPTIONS},
+        )
+        self._disconnect_timeout: float = check_positive("disconnect_timeout", o["disconnect_timeout"])
+        self._counts = Counters()
+        self._supervisor = Supervisor(
+            self.endpoints, policy, o["on_event"], counters=self._counts, connect=self._connect_to,
+            reopened=self._reopened, give_up=self._give_up,
+        )
+        # Guards the receipt registry and the current link against send_from_thread
+        # (the blocking client's threads); the loop takes it only to fail receipts
+        # in bulk and to install a link.
+        self._registry_lock = threading.Lock()
+        # The subscriptions by id: their inlets outlive a connection (re-subscribed after a reconnect).
+        self._subs: Dict[str, Inlet] = {}
+        # Before the first connection, an idle link (closed, empty). Its protocol
+        # (a session of its own) checks versions, heart_beat and limits before any I/O.
+        self._link = Link(
+            endpoints[0], self._settings.protocol(endpoints[0]), None, settings=self._settings, subs=self._subs,
+            counters=self._counts, lock=self._registry_lock,
+        )
         self._tg: Optional[anyio.abc.TaskGroup] = None
         # Where the client is in its life (docs and the table of moves: _lifecycle.py).
         self._state = ClientState.NEW
         self._error: Optional[BaseException] = None
-        self._receipts: Dict[str, PendingReceipt] = {}
-        # Guards the receipt registry and the installed connection against
-        # send_from_thread (the blocking client's threads); the loop takes it only
-        # to fail receipts in bulk and to install a connection.
-        self._registry_lock = threading.Lock()
-        self._thread_receipts = itertools.count(1)  # receipt ids "t<n>" of send_from_thread
-        self._subs: Dict[str, Inlet] = {}
-        self._out: List[bytes] = []
-        self._out_bytes = 0
-        self._wakeup = anyio.Event()
-        self._drained: Optional[anyio.Event] = None
-        self._loop: Any = None  # the asyncio loop (None on trio): receipts wait on its futures
+        # Receipt ids "t<n>" of send_from_thread
+        self._thread_receipts = itertools.count(1)
+        # The asyncio loop (None on trio): receipts wait on its futures.
+        self._loop: Any = None
         self._clock: Callable[[], float] = anyio.current_time
-        self._last_sent = 0.0
-        self._last_received = 0.0
-        self._paused_on: Optional[Inlet] = None
-        self._stalled = False
-        self._scopes: List[anyio.CancelScope] = []
         self._via_aenter = False
-        self._beating = False  # a heart-beat sender runs: note when we last wrote
-        self._watching = False  # a liveness watch runs: note when we last read
-        self._push = False  # asyncio: frames are dispatched from data_received, no reader task
-        self._push_transport: Optional[PushTransport] = None  # the transport, when it is a push one
-        self._frames: Optional[FrameLog] = None  # this connection's frame log (stompfast.frames at DEBUG)
-        self._stall_handle: Any = None
-        self._writing = False  # the writer task is inside transport.send
-        # reconnecting
-        self._link_alive = False  # a connection is installed and has not failed
-        self._lost: Optional[anyio.Event] = None  # set when the current connection fails
-        self._lost_info: Tuple[Any, ...] = ()
-        self._up_event: Optional[anyio.Event] = None  # set while a connection is up
-        self._next_up: Optional[anyio.Event] = None  # becomes _up_event when the connection fails
-        self._supervisor: Optional[anyio.CancelScope] = None
         self._transactions: Set[SessionTransaction] = set()
-        self._up_since = 0.0  # when the current session came up (anyio clock)
-        #: how many times a lost session was re-established
-        self.reconnects = 0
+        # Made at the first subscription: a client that is never used holds no reference to itself.
         self._sub_ops: Optional[SubscriptionOps] = None
-        self._live = LiveSession()  # the session acks may go to (the subscriptions' fast stale test)
-        self._init_counters()
+        # The session acks may go to (the subscriptions' fast stale test).
+        self._live = LiveSession()
+        # The running consume()s (health and drain look at them).
+        self._consumers: Set[AsyncConsumer] = set()
+        # Where replies to request() come (made at the first request).
+        self._replies: Optional[ReplyChannel] = None
 
     @property
     def version(self) -> Optional[str]:
         """The negotiated STOMP version (None before CONNECTED)."""
-        return self._protocol.version
+        return self._link.protocol.version
 
     @property
     def server(self) -> Optional[str]:
         """The broker's ``server`` header, e.g. ``RabbitMQ/3.10.8``."""
-        return self._protocol.server
+        return self._link.protocol.server
 
     @property
     def session(self) -> Optional[str]:
         """The broker's ``session`` id."""
-        return self._protocol.session
+        return self._link.protocol.session
 
     @property
     def heart_beat(self) -> Tuple[int, int]:
         """Negotiated ``(send_ms, receive_ms)``: our beat interval, the broker's (0: none)."""
-        return self._protocol.heart_beat
+        return self._link.protocol.heart_beat
+
+    @property
+    def endpoint(self) -> Endpoint:
+        """The broker of the current (or last) connection (before the first: the first of :attr:`endpoints`)."""
+        return self._link.endpoint
+
+    @property
+    def reconnects(self) -> int:
+        """How many times a lost session was re-established."""
+        return self._counts.reconnects
+
+    def stats(self) -> ClientStats:
+        """A snapshot of this client's counters and gauges (from any thread): see :class:`ClientStats`.
+
+        Cheap enough to call every second; the counters cost the client next to
+        nothing (docs/observability.md).
+        """
+        link = self._link
+        replies = self._replies
+        return self._counts.snapshot(
+            link.outbox, link.inbox, len(link.receipts), self._subs.values(), self._registry_lock,
+            late_replies=replies.late if replies is not None else 0,
+        )
 
     @property
     def is_connected(self) -> bool:
@@ -329,16 +366,24 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
         if self._state is not NEW:
             raise ClientClosedError("an AsyncClient connects once; create a new one to connect again")
         self._state = advance(self._state, CONNECTING)
-        if sniffio.current_async_library() == "asyncio":
+        library = sniffio.current_async_library()
+        if library == "asyncio":
             import asyncio
 
             self._loop = asyncio.get_running_loop()
-            self._clock = self._loop.time  # what anyio.current_time() returns there, minus two calls
+            # what anyio.current_time() returns there, minus two calls
+            self._clock = self._loop.time
+        elif library == "trio":
+            import trio
+
+            # What anyio.current_time() returns there, without a backend lookup per call
+            # (the reader stamps every read with it, a consumer every message).
+            self._clock = trio.current_time
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
         try:
-            await self._establish(first=True)
+            await self._supervisor.establish(first=True)
             if self._state is not CONNECTING:
                 raise ClientClosedError("the client was closed while it connected")
             self._state = advance(self._state, OPEN)
@@ -346,30 +391,91 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
             # CONNECTED): _fail recorded it but left CONNECTING, so the client is FAILED now.
             if self._error is not None:
                 self._state = advance(self._state, FAILED)
-            if self._policy.enabled:
-                scope = self._supervisor = anyio.CancelScope()
-
-                async def supervise() -> None:
-                    with scope:
-                        await self._supervise()
-
-                tg.start_soon(supervise, name="stompfast-reconnect")
-        except BaseException:
+            if self._supervisor.policy.enabled:
+                self._supervisor.start(tg)
+        except BaseException as exc:
             # An aclose() from another task that began meanwhile ends in CLOSED itself.
             if self._state is CONNECTING:
                 self._state = advance(self._state, CLOSED)
-            self._link_alive = False
             self._live.protocol = None
-            for scope in self._scopes:
-                scope.cancel()
+            link = self._link
+            link.close(exc if isinstance(exc, StompError) else ClientClosedError("the client is closed"))
             # The task group must be left outside any scope entered after it.
             self._tg = None
             tg.cancel_scope.cancel()
             await tg.__aexit__(None, None, None)
-            if self._transport is not None:
-                with anyio.CancelScope(shield=True):
-                    await self._transport.aclose()
+            await link.aclose()
             raise
+
+    async def _connect_to(self, endpoint: Endpoint, first: bool) -> Link:
+        """Open a link to ``endpoint`` and make it the client's; on a reconnect, re-subscribe first.
+
+        The broker counts as up only after CONNECTED and, on a reconnect, after it
+        confirmed every re-established subscription.
+        """
+        link, leftover = await open_link(
+            endpoint, self._settings, subs=self._subs, counters=self._counts, lock=self._registry_lock,
+            clock=self._clock, loop=self._loop, on_failure=self._fail,
+        )
+        # A thread sending directly sees all of the new link or none of it; the
+        # replaced link's counts join the client's totals (stats() sees each once).
+        with self._registry_lock:
+            self._counts.add_link(self._link.outbox, self._link.inbox)
+            self._link = link
+        self._supervisor.attach()
+        # Acks of this session's messages may go out from now on.
+        self._live.protocol = link.protocol
+        assert self._tg is not None
+        link.start(self._tg, leftover)
+        if not first and self._subs:
+            await self._resubscribe(link)
+        return link
+
+    async def _resubscribe(self, link: Link) -> None:
+        """Re-send every subscription's SUBSCRIBE on ``link`` and wait for the broker to confirm them all."""
+        timeout = self._settings.connect_timeout
+        try:
+            pending = []
+            for sub in list(self._subs.values()):
+                # The broker makes an implicit one again when it is next named (a reply-to).
+                if sub.implicit:
+                    continue
+                data, _, receipt_id = link.protocol.subscribe(
+                    sub.destination, ack=sub.ack_mode, headers=sub.headers, id=sub.id, receipt=True,
+                    prefetch=sub.prefetch, durable=sub.durable,
+                )
+                pending.append(link.register(receipt_id))
+                # As on a first SUBSCRIBE: its first MESSAGE confirms it too.
+                sub.confirming = receipt_id
+                link.outbox.queue(data)
+                self._counts.control += 1
+            link.outbox.write_queued_now()
+            with anyio.fail_after(timeout):
+                await self.wait_receipts(pending)
+            for sub in self._subs.values():
+                sub.confirming = None
+        except BaseException as exc:
+            for sub in self._subs.values():
+                sub.confirming = None
+            # Not up after all: take the link down again (quietly: the supervisor
+            # reports it as a failed attempt).
+            if link.alive:
+                self._link_down(exc if isinstance(exc, StompError) else ConnectionLostError(str(exc)))
+            await link.aclose()
+            if isinstance(exc, TimeoutError):
+                raise ConnectTimeout(
+                    f"{link.endpoint.host}:{link.endpoint.port} did not confirm the re-established subscriptions"
+                    f" within {timeout:g} s"
+                ) from exc
+            raise
+
+    def _reopened(self) -> bool:
+        """A lost session is re-established: open again; False if the client began to close meanwhile."""
+        if self._state is not RECONNECTING:
+            # aclose() began while the connection was being made: it owns the teardown now.
+            return False
+        self._state = advance(self._state, OPEN)
+        return True
 
     async def aclose(self) -> None:
         """Send DISCONNECT, wait for its receipt (bounded, shielded), close the socket.
@@ -378,7 +484,8 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
         ``async with`` the task group itself is left when the block ends).
         """
         await self._shutdown()
-        if not self._via_aenter:  # connect() entered the group in this task: leave it here
+        # connect() entered the group in this task: leave it here
+        if not self._via_aenter:
             await self._exit_group()
 
     async def _exit_group(self) -> None:
@@ -394,69 +501,48 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
             self._state = advance(self._state, CLOSED)
             return
         self._state = advance(self._state, CLOSING)
+        link = self._link
+        link.expect_eof()
         if self._error is None and conn_log.isEnabledFor(logging.INFO):
             conn_log.info("closing the connection to %s", where(self.endpoint))
         try:
-            with anyio.CancelScope(shield=True):
-                if self._error is None and self._protocol.state is SessionState.CONNECTED:
-                    with anyio.move_on_after(self._disconnect_timeout):
-                        try:
-                            data, receipt_id = self._protocol.disconnect(receipt=True)
-                            receipt = self._register(receipt_id)
-                            self._queue(data)
-                            self._n_control += 1
-                            # Written from here: when the block is left by a
-                            # cancellation, the writer task is cancelled too.
-                            await self._write_queued()
-                            if not cancelled or self._push:
-                                # (on trio the reader task is cancelled with the
-                                # block: no receipt could be read, so none is awaited)
-                                await receipt.wait()
-                        except StompError:
-                            pass  # the connection went down while we were leaving
+            if self._error is None and link.protocol.state is SessionState.CONNECTED:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(self._disconnect_timeout):
+                    await self._disconnect(link, cancelled)
         finally:
-            # Stop the background tasks through their own scopes: the task group
-            # is left by __aexit__ (or here, after a manual connect()).
             closed = ClientClosedError("the client is closed")
-            self._fail_receipts(self._error or closed)
+            error = self._error or closed
+            link.fail_receipts(error)
             for sub in list(self._subs.values()):
                 sub.close(self._error)
-                self._n_received_gone += sub.seq
+                self._counts.received_gone += sub.seq
             self._subs.clear()
-            if self._error is None:
-                self._error = closed
-            self._link_alive = False
+            self._error = error
             self._live.protocol = None
-            self._lose_transactions(self._error)
-            for scope in self._scopes:
-                scope.cancel()
-            if self._supervisor is not None:
-                self._supervisor.cancel()
-            if self._up_event is not None:
-                self._up_event.set()
-            with anyio.CancelScope(shield=True):
-                if self._transport is not None:
-                    await self._transport.aclose()
-            if self._drained is not None:
-                self._drained.set()
+            self._lose_transactions(error)
+            self._supervisor.stop()
+            link.close(error, release=True)
+            await link.aclose()
             self._state = advance(self._state, CLOSED)
 
-    def _background(self, coro: Any, name: str) -> None:
-        """Run ``coro`` in the task group under a cancel scope of its own.
+    async def _disconnect(self, link: Link, cancelled: bool) -> None:
+        """DISCONNECT with a receipt on ``link``, written from this task, and wait for the receipt.
 
-        The task group is entered in the caller's task, so its own cancel scope
-        also covers the caller's code inside ``async with``: a failure must stop
-        the background tasks through their own scopes, never through the group's.
+        Written from here: when the ``async with`` block is left by a cancellation,
+        the writer task is cancelled too. On trio the reader task is cancelled with
+        the block then, so no receipt could be read and none is awaited.
         """
-        scope = anyio.CancelScope()
-        self._scopes.append(scope)
-
-        async def run() -> None:
-            with scope:
-                await coro
-
-        assert self._tg is not None
-        self._tg.start_soon(run, name=name)
+        try:
+            data, receipt_id = link.protocol.disconnect(receipt=True)
+            receipt = link.register(receipt_id)
+            link.outbox.queue(data)
+            self._counts.control += 1
+            await link.outbox.write_queued()
+            if not cancelled or link.inbox.push:
+                await receipt.wait()
+        except StompError:
+            # the connection went down while we were leaving
+            pass
 
     def _fail(self, error: BaseException) -> None:
         """The connection failed with ``error``: re-establish it, or fail the client for good.
@@ -464,19 +550,20 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
         With reconnecting on, a retryable failure (connection lost, heart-beat
         timeout, ERROR frame, framing fault) of an established session goes to
         :meth:`_link_down`. Otherwise the error is recorded once, every pending
-        receipt and every subscription is failed with it, the tasks stop.
+        receipt and every subscription is failed with it, the link is closed.
         """
         if self._error is not None:
             return
+        link = self._link
         if self._state in (CLOSING, CLOSED):
             # Our own close is under way (it may be what ended the connection):
             # only end the waits, so that close does not sit out its timeout.
-            self._fail_receipts(error)
+            link.fail_receipts(error)
             return
         if (
-            self._policy.enabled
+            self._supervisor.policy.enabled
             and self._state in (OPEN, RECONNECTING)
-            and self._supervisor is not None
+            and self._supervisor.scope is not None
             and isinstance(error, RETRYABLE)
         ):
             self._link_down(error)
@@ -487,37 +574,60 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
         # During the first connect the state stays CONNECTING: connect() is about to raise and close.
         if self._state in (OPEN, RECONNECTING):
             self._state = advance(self._state, FAILED)
-        if self._link_alive:
-            self._n_losses += 1
-        self._link_alive = False
+        if link.alive:
+            self._counts.losses += 1
         self._live.protocol = None
-        self._fail_receipts(error)
+        link.close(error, release=True)
         for sub in self._subs.values():
             sub.close(error)
         self._lose_transactions(error)
-        self._stop_connection()
-        if self._push:
-            self._protocol.connection_lost()
-        if self._supervisor is not None:
-            self._supervisor.cancel()
-        if self._up_event is not None:
-            self._up_event.set()
+        self._supervisor.stop()
 
-    def _stop_connection(self) -> None:
-        """Wake senders waiting for buffer room, stop this connection's tasks; in push mode close its socket.
+    def _link_down(self, error: BaseException) -> None:
+        """The current link failed but the client goes on: close it, wake the supervisor.
 
-        (On trio the reader task closes the socket on its way out, or the
-        supervisor does before reconnecting.)
+        Pending receipts fail with ``error`` (never re-sent); queued frames that were
+        never written are dropped; buffered messages of client-ack subscriptions
+        are discarded (the broker redelivers them, and acking them on a new
+        session would be wrong); open transactions are aborted and told.
         """
-        if self._drained is not None:
-            self._drained.set()
-            self._drained = None
-        self._wakeup.set()
-        for scope in self._scopes:
-            scope.cancel()
-        if self._push:
-            self._unpause()
-            self._push_transport.close_now()  # type: ignore[union-attr]
+        link = self._link
+        if not link.alive:
+            return
+        self._live.protocol = None
+        self._counts.losses += 1
+        was_up = self._state is OPEN
+        if was_up:
+            self._state = advance(self._state, RECONNECTING)
+        lost = link.close(error)
+        # A reply would go to a destination of the lost connection.
+        if self._replies is not None:
+            self._replies.fail_all(error)
+        lost = lost._replace(
+            dropped_messages=drop_unacked(self._subs.values()), aborted_transactions=self._lose_transactions(error)
+        )
+        self._supervisor.link_lost(link, lost, was_up=was_up)
+
+    def _give_up(self, error: BaseException) -> None:
+        """No reconnect attempt left: fail the client for good with ``error``."""
+        self._error = error
+        self._state = advance(self._state, FAILED)
+        self._link.fail_receipts(error)
+        for sub in self._subs.values():
+            sub.close(error)
+
+    async def _ensure_open(self) -> None:
+        """Return when a connection is up; wait while one is being re-established.
+
+        A call refused here (the client failed or is closed) still yields to the loop
+        first: a caller retrying on the error (a loop of ``send``) cannot starve every
+        other task, the reconnect and the heart-beats included.
+        """
+        while self._state is RECONNECTING:
+            await self._supervisor.wait_up()
+        if self._state is not OPEN:
+            await anyio.lowlevel.checkpoint()
+        self._check_open()
 
     def _check_open(self) -> None:
         if self._error is not None:
@@ -538,21 +648,21 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
     async def send(
         self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
         headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
-        receipt: Literal[False] = ..., wait: bool = ...,
+        receipt: Literal[False] = ..., wait: bool = ..., content_length: bool = ...,
     ) -> None: ...
 
     @overload
     async def send(
         self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
         headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
-        receipt: Literal[True], wait: bool = ...,
+        receipt: Literal[True], wait: bool = ..., content_length: bool = ...,
     ) -> Receipt: ...
 
     @overload
     async def send(
         self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
         headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
-        receipt: bool = ..., wait: bool = ...,
+        receipt: bool = ..., wait: bool = ..., content_length: bool = ...,
     ) -> Optional[Receipt]: ...
 
     async def send(
@@ -564,6 +674,7 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
         content_type: Optional[str] = None,
         receipt: bool = False,
         wait: bool = True,
+        content_length: bool = True,
     ) -> Optional[Receipt]:
         """Send a message to ``destination``.
 
@@ -573,6 +684,9 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
         the call returns (it is written when the task next yields). With
         ``receipt=True`` the call returns once the broker confirmed the frame, or,
         with ``wait=False``, at once with the pending :class:`Receipt` (pipelining).
+        ``content_length=False`` leaves the ``content-length`` header out: ActiveMQ
+        and Artemis then deliver a JMS TextMessage instead of a BytesMessage
+        (docs/brokers.md); the body may not hold a NUL byte (LocalProtocolError).
 
         Raises:
             ServerError: the broker refused it (with ``receipt``).
@@ -581,29 +695,182 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
         """
         if self._state is not OPEN:
             await self._ensure_open()
-        if type(body) is bytes and headers is None and content_type is None and not receipt:
-            data = self._protocol.send_plain(destination, body)  # the hot path: a plain SEND
+        link = self._link
+        if type(body) is bytes and headers is None and content_type is None and not receipt and content_length:
+            # the hot path: a plain SEND
+            data = link.protocol.send_plain(destination, body)
         else:
-            data, receipt_id = self._encode_send(destination, body, headers, content_type, receipt)
+            data, receipt_id = self._encode_send(destination, body, headers, content_type, receipt, content_length)
             if receipt_id is not None:
                 return await self._send_receipted(data, receipt_id, wait)
-        if self._out_bytes < self._write_through_bytes:  # _queue, inlined: the hot path
-            out = self._out
+        outbox = link.outbox
+        # outbox.queue, inlined: the hot path
+        if outbox.out_bytes < outbox.write_through_bytes:
+            out = outbox.out
             out.append(data)
-            self._out_bytes += len(data)
+            outbox.out_bytes += len(data)
             if len(out) == 1:
-                self._wakeup.set()
+                outbox.wakeup.set()
         else:
-            await self._write_through(data)
+            await self._queue_when_room(data)
+            await self._link.outbox.catch_up()
         return None
 
     def _encode_send(
         self, destination: str, body: Any, headers: Optional[Mapping[str, Any]], content_type: Optional[str],
-        receipt: bool,
+        receipt: bool, content_length: bool = True,
     ) -> Tuple[bytes, Optional[str]]:
         """The SEND frame of :meth:`send` and its receipt id (the body rules are send's)."""
         body, content_type = body_bytes(body, content_type)
-        return self._protocol.send(destination, body, headers, content_type=content_type, receipt=receipt)
+        return self._link.protocol.send(
+            destination, body, headers, content_type=content_type, receipt=receipt, content_length=content_length
+        )
+
+    async def _queue_when_room(self, data: bytes) -> None:
+        """Queue ``data`` on the current connection's outbox, waiting first while it holds ``send_buffer_bytes``.
+
+        Raises what :meth:`_check_open` raises when the connection went down (or
+        the client closed) while waiting.
+        """
+        outbox = self._link.outbox
+        if outbox.out_bytes >= outbox.send_buffer_bytes:
+            await outbox.wait_for_room()
+            self._check_open()
+            # The link may have been replaced meanwhile.
+            outbox = self._link.outbox
+        outbox.queue(data)
+
+    async def _send_receipted(self, data: bytes, receipt_id: str, wait: bool) -> Receipt:
+        link = self._link
+        pending = link.register(receipt_id)
+        outbox = link.outbox
+        if wait and not outbox.out and outbox.try_write_frame(data):
+            # Nothing queued ahead of it and the caller is about to block: write
+            # it from this task (no writer wake-up, no extra loop iteration).
+            await pending.wait()
+            return pending
+        await self._queue_when_room(data)
+        if wait:
+            self._link.outbox.write_queued_now()
+            await pending.wait()
+        return pending
+
+    def _queue_ack(self, message: Message) -> bool:
+        """The common ACK (no receipt, no transaction) queued now; False if that must wait (the caller awaits)."""
+        link = self._link
+        outbox = link.outbox
+        if self._state is OPEN and outbox.out_bytes < outbox.send_buffer_bytes:
+            data = link.protocol.ack_plain(message)
+            self._counts.acks += 1
+            # outbox.queue, inlined: calling it costs ~5% of a client-ack drain
+            out = outbox.out
+            out.append(data)
+            outbox.out_bytes += len(data)
+            if len(out) == 1:
+                outbox.wakeup.set()
+            return True
+        return False
+
+    def send_nowait(
+        self,
+        destination: str,
+        body: Union[bytes, bytearray, memoryview, str] = b"",
+        *,
+        headers: Optional[Mapping[str, Any]] = None,
+        content_type: Optional[str] = None,
+        receipt: bool = False,
+    ) -> Optional[Receipt]:
+        """:meth:`send` without waiting, for synchronous code running in the event loop.
+
+        The same frame, queued (or written) at once; with ``receipt=True`` the
+        pending :class:`Receipt` is returned (``add_done_callback`` tells when it
+        is done). This is how the blocking client sends from a loop callback
+        instead of a task per call.
+
+        Raises:
+            anyio.WouldBlock: nothing was queued because the call would have to
+                wait (the connection is being re-established, or the send buffer
+                is full): ``await send(...)`` instead.
+            ClientClosedError, ConnectionLostError, ...: as :meth:`send`.
+        """
+        if self._state is not OPEN:
+            if self._state is RECONNECTING:
+                raise anyio.WouldBlock
+            self._check_open()
+        link = self._link
+        outbox = link.outbox
+        if outbox.out_bytes >= outbox.send_buffer_bytes:
+            raise anyio.WouldBlock
+        data, receipt_id = self._encode_send(destination, body, headers, content_type, receipt)
+        if receipt_id is None:
+            outbox.queue(data)
+            if outbox.out_bytes >= outbox.write_through_bytes:
+                outbox.write_queued_now()
+            return None
+        pending = link.register(receipt_id)
+        if not outbox.out and outbox.try_write_frame(data):
+            return pending
+        outbox.queue(data)
+        outbox.write_queued_now()
+        return pending
+
+    def send_from_thread(
+        self,
+        destination: str,
+        body: Union[bytes, bytearray, memoryview, str],
+        headers: Optional[Mapping[str, Any]],
+        content_type: Optional[str],
+        on_done: Callable[[Receipt], Any],
+    ) -> Optional[Receipt]:
+        """(Any thread.) A SEND with a receipt, written to the socket by the calling thread itself.
+
+        The blocking client's round trip: no hop into the event loop to send, so
+        the loop wakes only for the RECEIPT (``on_done(receipt)`` is then called
+        in the loop). Returns None, having sent nothing, whenever that is not
+        safe at this moment: not plain TCP on the stock asyncio loop, frames
+        queued or being written ahead of this one (order), the asyncio write
+        buffer not empty, a reconnect or a stall under way. The caller then
+        sends through the loop.
+
+        Raises LocalProtocolError (and TypeError for a body of another type) as
+        :meth:`send` does.
+        """
+        link = self._link
+        transport = link.transport
+        if type(transport) is not AsyncioTransport or not transport.direct_ok:
+            return None
+        body, content_type = body_bytes(body, content_type)
+        with self._registry_lock:
+            outbox = link.outbox
+            # The link read above must still be the client's: a reconnect installs
+            # a new one under this lock.
+            if (
+                self._link is not link
+                or self._state is not OPEN
+                or not link.alive
+                or outbox.out
+                or outbox.writing
+                or link.inbox.stalled
+            ):
+                return None
+            receipt_id = "t%d" % next(self._thread_receipts)
+            data = link.protocol.encode_send(destination, body, headers, content_type, receipt_id)
+            receipt = PendingReceipt(receipt_id, self._loop, monotonic())
+            # before anything can complete it
+            receipt.add_done_callback(on_done)
+            pending = link.receipts.pending
+            pending[receipt_id] = receipt
+            if not transport.write_from_thread(data):
+                del pending[receipt_id]
+                return None
+            # Threads' own counters, under the lock: the loop's are not.
+            self._counts.thread_sends += 1
+            self._counts.thread_bytes += len(data)
+            outbox.note_thread_write()
+        # After the write: the log takes a lock of its own.
+        if frame_log.isEnabledFor(DEBUG):
+            link.log_frames(">", data)
+        return receipt
 
     def check_send(
         self, destination: str, headers: Optional[Mapping[str, Any]] = None, content_type: Optional[str] = None
@@ -615,7 +882,7 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
         on 1.1 a CR). For code that queues sends to be written later, so that bad
         input is refused by the call that made it.
         """
-        self._protocol.check_send(destination, headers, content_type)
+        self._link.protocol.check_send(destination, headers, content_type)
 
     async def wait_receipts(self, receipts: Iterable[Optional[Receipt]]) -> None:
         """Wait for every receipt of ``receipts`` (None entries are skipped); raise the first failure."""
@@ -632,15 +899,468 @@ class AsyncClient(Link, Supervisor, Outbox, Inbox, Session, Counters):
         frame sent so far, receipt or not.
         """
         await self._ensure_open()
-        pending = list(self._receipts.values())
-        data, receipt_id = self._protocol.probe()
-        probe = self._register(receipt_id)
-        await self._write(data)
-        self._n_control += 1
-        self._n_extra_frames += 1  # (the probe is two frames in one entry: BEGIN and ABORT)
+        link = self._link
+        pending = list(link.receipts.pending.values())
+        data, receipt_id = link.protocol.probe()
+        probe = link.register(receipt_id)
+        await self._queue_when_room(data)
+        self._counts.control += 1
+        # The probe is two frames in one entry: BEGIN and ABORT.
+        self._counts.extra_frames += 1
         pending.append(probe)
-        self._flush_now()
+        self._link.outbox.write_queued_now()
         await self.wait_receipts(pending)
+
+    # -- session operations: what subscriptions and transactions ask for (SubscriptionOps, TransactionOps) --
+
+    def _ops(self) -> SubscriptionOps:
+        """The narrow interface handed to subscriptions (made at the first one: a client that is never
+        used holds no reference to itself)."""
+        ops = self._sub_ops
+        if ops is None:
+            ops = self._sub_ops = SubscriptionOps(self._subscribe, self._unsubscribe, self._ack, self._queue_ack,
+                                                  self._check_ack, self._live)
+        return ops
+
+    def subscribe(
+        self,
+        destination: str,
+        *,
+        ack: str = "auto",
+        headers: Optional[Mapping[str, Any]] = None,
+        buffer_size: int = DEFAULT_BUFFER_SIZE,
+        receipt: bool = True,
+        id: Optional[str] = None,
+        durable: Optional[str] = None,
+    ) -> AsyncSubscription:
+        """A subscription to ``destination``, used as ``async with client.subscribe(...) as sub:``.
+
+        Args:
+            ack: ``"auto"``, ``"client"`` (cumulative acks) or ``"client-individual"``.
+            headers: extra SUBSCRIBE headers, passed through (``selector``,
+                ``prefetch-count``, ``activemq.prefetchSize``, ``durable``, ...).
+            buffer_size: messages buffered before the reader stops reading; in the
+                client modes also the broker prefetch asked for, unless ``headers``
+                set one.
+            receipt: wait for the broker to confirm the subscription on entry
+                (errors such as a refused destination surface there).
+            id: the subscription id (default: a counter; a durable subscription's is its name).
+            durable: a durable subscription of this name (for a ``/topic/``): the
+                broker keeps it, and the messages sent while nobody is subscribed,
+                when the subscriber leaves or loses its connection; subscribing
+                again with the same name (and the same ``client_id``) gets them.
+                The client writes the headers the broker reads (docs/brokers.md).
+                ActiveMQ Classic and Artemis need the client's ``client_id``:
+                without one it is refused (ConfigurationError) once the broker is
+                known. Leaving the block keeps it; ``aclose(forget=True)`` deletes it.
+        """
+        # Refused by this call, not when the block is entered
+        check_destination(destination)
+        if durable is not None:
+            # the name and id now; the client identity too once the broker is known (else on entry)
+            self._link.protocol.check_durable(durable, id)
+        headers = dict(headers) if headers else None
+        return AsyncSubscription(self._ops(), destination, ack, headers, buffer_size, receipt, id, durable)
+
+    async def _subscribe(self, sub: Inlet) -> None:
+        await self._ensure_open()
+        if sub.implicit:
+            # The broker subscribed it itself: its deliveries carry the destination as their id.
+            sub.id = sub.destination
+            self._subs[sub.id] = sub
+            return
+        data, sub_id, receipt_id = self._link.protocol.subscribe(
+            sub.destination, ack=sub.ack_mode, headers=sub.headers, id=sub.id, receipt=sub.wants_receipt,
+            prefetch=sub.prefetch, durable=sub.durable,
+        )
+        sub.id = sub_id
+        self._subs[sub_id] = sub
+        try:
+            pending = self._link.register(receipt_id) if receipt_id is not None else None
+            # Its first MESSAGE confirms it as well as the RECEIPT does: the reader may stop
+            # on this subscription's full buffer before the RECEIPT behind it is read.
+            sub.confirming = receipt_id
+            await self._queue_when_room(data)
+            self._counts.control += 1
+            if pending is not None:
+                await pending.wait()
+        except BaseException:
+            sub.confirming = None
+            # Refused or interrupted (a timeout): withdraw it, so that it is neither
+            # left running on the broker nor re-established after a reconnect.
+            if self._subs.get(sub_id) is sub:
+                del self._subs[sub_id]
+                self._counts.received_gone += sub.seq
+                if self._link.alive and self._error is None and self._link.protocol.state is SessionState.CONNECTED:
+                    try:
+                        data, _ = self._link.protocol.unsubscribe(sub_id)
+                        self._link.outbox.queue(data)
+                        self._counts.control += 1
+                    except StompError:
+                        pass
+            raise
+        sub.confirming = None
+
+    async def _unsubscribe(self, sub: Inlet, forget: bool = False) -> None:
+        if sub.id is None or self._subs.get(sub.id) is not sub:
+            if forget:
+                raise ClientClosedError(
+                    f"subscription {sub.id!r} is not open: its durable subscription was not deleted"
+                )
+            return
+        if forget:
+            await self._forget(sub)
+            return
+        del self._subs[sub.id]
+        self._counts.received_gone += sub.seq
+        if self._state is OPEN and self._link.protocol.state is SessionState.CONNECTED and not sub.implicit:
+            data, _ = self._link.protocol.unsubscribe(sub.id)
+            # Bounded like DISCONNECT: a broker that stops reading (TCP flow control)
+            # must not hold the caller here; the subscription is gone locally anyway.
+            with anyio.move_on_after(self._disconnect_timeout):
+                await self._queue_when_room(data)
+                self._counts.control += 1
+                return
+            log.debug("stompfast: UNSUBSCRIBE %r not queued within %g s", sub.id, self._disconnect_timeout)
+
+    async def _forget(self, sub: Inlet) -> None:
+        """UNSUBSCRIBE that deletes the durable subscription ``sub``, confirmed by the broker's receipt."""
+        assert sub.id is not None
+        try:
+            self._check_open()
+        except BaseException:
+            # Deleting needs the broker: on a connection that is down it fails, the
+            # subscription is withdrawn here as by a plain close (never re-established by a
+            # reconnect), and it stays on the broker.
+            await self._unsubscribe(sub)
+            raise
+        del self._subs[sub.id]
+        self._counts.received_gone += sub.seq
+        data, receipt_id = self._link.protocol.unsubscribe(sub.id, receipt=True, forget=True)
+        pending = self._link.register(receipt_id) if receipt_id is not None else None
+        await self._queue_when_room(data)
+        self._counts.control += 1
+        if pending is not None:
+            self._link.outbox.write_queued_now()
+            await pending.wait()
+
+    def _check_stale(self, command: str, message: Message) -> None:
+        """Refuse an ACK/NACK of a message delivered on a connection that is gone (or going).
+
+        During a reconnect the failed connection's protocol is still the current
+        one, so the session test alone would let the ack through to
+        ``_check_open`` and a ConnectionLostError; the broker redelivers the
+        message, so it is stale either way and never sent on another connection.
+        """
+        if (message.session is not self._link.protocol or not self._link.alive) and self._error is None:
+            raise StaleMessageError(
+                f"message {message.message_id!r} was delivered on a connection that was lost; the broker"
+                f" redelivers unacknowledged messages, so this {command} was not sent"
+            )
+
+    async def _ack(
+        self, command: str, message: Message, transaction: Optional[str], receipt: bool,
+        headers: Optional[Mapping[str, Any]] = None,
+    ) -> None:
+        self._check_stale(command, message)
+        if self._state is not RECONNECTING:
+            self._check_open()
+        # else: the message came on the new connection while it confirms the
+        # re-established subscriptions (a broker may deliver first): it is live, so
+        # the ACK goes out on it; only a lost connection's messages are stale.
+        if command == "ACK":
+            data, receipt_id = self._link.protocol.ack(message, transaction=transaction, receipt=receipt,
+                                                       headers=headers)
+        else:
+            data, receipt_id = self._link.protocol.nack(message, transaction=transaction, receipt=receipt,
+                                                        headers=headers)
+        pending = self._link.register(receipt_id) if receipt_id is not None else None
+        await self._queue_when_room(data)
+        if command == "ACK":
+            self._counts.acks += 1
+        else:
+            self._counts.nacks += 1
+        if pending is not None:
+            self._link.outbox.write_queued_now()
+            await pending.wait()
+
+    async def ack(
+        self, message: Message, *, receipt: bool = False, headers: Optional[Mapping[str, Any]] = None
+    ) -> None:
+        """Acknowledge ``message`` (same as ``await message.ack()``)."""
+        # The async ack, whatever subclass the message is
+        await Message.ack(message, receipt=receipt, headers=headers)
+
+    async def nack(
+        self, message: Message, *, receipt: bool = False, headers: Optional[Mapping[str, Any]] = None
+    ) -> None:
+        """Refuse ``message`` (same as ``await message.nack()``; STOMP 1.1+)."""
+        await Message.nack(message, receipt=receipt, headers=headers)
+
+    # -- services: handlers, health, drain -------------------------------------------------
+
+    async def consume(
+        self,
+        destination: str,
+        handler: Callable[[Message], Awaitable[Any]],
+        *,
+        concurrency: int = 1,
+        ack: str = "client-individual",
+        on_error: OnError = "nack",
+        prefetch: Optional[int] = None,
+        headers: Optional[Mapping[str, Any]] = None,
+        id: Optional[str] = None,
+        durable: Optional[str] = None,
+    ) -> AsyncConsumer:
+        """Run ``await handler(message)`` for every message of ``destination``, ``concurrency`` at a time.
+
+        Returns once the broker confirmed the subscription; the handlers then run
+        in the client's task group until the consumer is drained or stopped, or
+        the client closes. A handler that returns acks its message; one that raises
+        is settled as ``on_error`` says: ``"nack"`` (the default), ``"ack"`` (drop
+        it), ``Nack(headers)`` (e.g. ``Nack({"requeue": "false"})``: RabbitMQ
+        dead-letters it), ``"stop"`` (leave it unsettled and stop the consumer:
+        ``await consumer.wait()`` raises the handler's error), or a callable
+        ``on_error(message, exc)`` returning (or awaiting) one of those. In ``ack="auto"``
+        the broker needs no settle and the handler just runs. With
+        ``concurrency=1`` messages are handled one at a time, in order.
+
+        Args:
+            prefetch: messages the broker may deliver ahead (the subscription's
+                buffer; the broker's prefetch in the client ack modes). Default
+                twice ``concurrency``: enough that a worker finds the next message
+                waiting, little enough that the rest stays with the broker.
+            headers, id, durable: as :meth:`subscribe`.
+
+        Raises ConfigurationError for bad options (``ack="client"``, cumulative,
+        needs ``concurrency=1``) and what :meth:`subscribe` raises on entry.
+        """
+        prefetch = check_consume_options(concurrency, prefetch, ack, on_error)
+        # An async function, or an object whose __call__ is one
+        if not (inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)):
+            raise ConfigurationError(f"handler must be an async function (async def), not {handler!r}")
+        sub = self.subscribe(destination, ack=ack, headers=headers, buffer_size=prefetch, id=id, durable=durable)
+        await sub.__aenter__()
+        consumer = AsyncConsumer(sub, handler, concurrency=concurrency, on_error=on_error, clock=self._clock)
+        self._consumers = {c for c in self._consumers if not c.done.is_set()}
+        self._consumers.add(consumer)
+        assert self._tg is not None
+        consumer.start(self._tg)
+        return consumer
+
+    async def request(
+        self,
+        destination: str,
+        body: Union[bytes, bytearray, memoryview, str] = b"",
+        *,
+        timeout: float = 30.0,
+        headers: Optional[Mapping[str, Any]] = None,
+        content_type: Optional[str] = None,
+    ) -> Message:
+        """Send a request to ``destination`` and return the reply (a :class:`Message`).
+
+        The request carries ``reply-to`` (this client's reply destination, of the
+        kind its broker offers: docs/brokers.md) and a fresh ``correlation-id``;
+        the responder answers with :meth:`reply`. Any number of requests may be
+        pending at once; each gets the reply carrying its correlation id.
+
+        Raises:
+            RequestTimeout: no reply within ``timeout`` seconds (a later one is
+                dropped and counted in ``stats().late_replies``).
+            ConnectionLostError: the connection was lost before the reply came
+                (a reconnect makes a new reply destination; send again).
+            LocalProtocolError: the request cannot be expressed (nothing was sent).
+        """
+        check_positive("timeout", timeout)
+        channel = self._replies
+        # Open (its ready event set, no error): no wait, not even a checkpoint.
+        if channel is None or not channel.ready.is_set() or channel.error is not None:
+            channel = await self._reply_channel()
+        correlation_id, pending = channel.expect()
+        request_headers = dict(headers) if headers else {}
+        request_headers["reply-to"] = channel.destination
+        request_headers["correlation-id"] = correlation_id
+        try:
+            await self.send(destination, body, headers=request_headers, content_type=content_type)
+            reply = await pending.wait(timeout)
+        finally:
+            channel.forget(correlation_id)
+        if reply is None:
+            raise RequestTimeout(
+                f"no reply from {destination!r} within {timeout:g} s (correlation-id {correlation_id})",
+                destination=destination, correlation_id=correlation_id, timeout=timeout,
+            )
+        return reply
+
+    async def _reply_channel(self) -> ReplyChannel:
+        """This client's reply channel, opened at the first request (concurrent first requests share it)."""
+        channel = self._replies
+        if channel is None:
+            await self._ensure_open()
+            destination, implicit = reply_destination(self._link.protocol.broker, uuid.uuid4().hex[:16])
+            sub = AsyncSubscription(
+                self._ops(), destination, "auto", None, DEFAULT_BUFFER_SIZE, True, None, implicit=implicit
+            )
+            channel = self._replies = ReplyChannel(destination, sub, self._loop)
+            try:
+                await sub.__aenter__()
+            except BaseException as exc:
+                self._replies = None
+                channel.not_opened(exc)
+                raise
+            channel.opened()
+        else:
+            await channel.ready.wait()
+            if channel.error is not None:
+                raise copy_error(channel.error)
+        return channel
+
+    async def reply(
+        self,
+        request: Message,
+        body: Union[bytes, bytearray, memoryview, str] = b"",
+        *,
+        headers: Optional[Mapping[str, Any]] = None,
+        content_type: Optional[str] = None,
+        receipt: bool = False,
+    ) -> Optional[Receipt]:
+        """Answer ``request`` (a message sent with :meth:`request`, or any with a ``reply-to`` header).
+
+        Sends ``body`` to the request's ``reply-to`` destination with its
+        ``correlation-id``; the rest is :meth:`send`'s.
+
+        Raises:
+            LocalProtocolError: the message has no ``reply-to`` header.
+        """
+        destination, reply_headers = reply_to(request, headers)
+        return await self.send(destination, body, headers=reply_headers, content_type=content_type, receipt=receipt)
+
+    def health(self, *, handler_limit: float = 60.0) -> Health:
+        """Whether this client is really working, for a readiness probe: see :class:`Health`.
+
+        ``ready`` needs the connection up, the broker's heart-beats (if agreed)
+        arriving within twice their interval, and no :meth:`consume` handler
+        running for more than ``handler_limit`` seconds. Cheap (no I/O); call it
+        from the event loop (the blocking client's ``health()`` does).
+        """
+        check_positive("handler_limit", handler_limit)
+        link = self._link
+        interval = link.protocol.heart_beat[1] / 1000.0 if self._state is OPEN else 0.0
+        silence = self._clock() - link.inbox.last_received if interval else 0.0
+        paused = link.inbox.paused_on is not None
+        consumers = [c for c in self._consumers if not c.done.is_set()]
+        wedged = sum(c.wedged(handler_limit) for c in consumers)
+        running = sum(c.running for c in consumers)
+        return Health(
+            state=describe(self._state, self._error),
+            connected=self._state is OPEN,
+            heartbeat_interval=interval,
+            silence=silence,
+            reader_paused=paused,
+            handlers_running=running,
+            handlers_wedged=wedged,
+        )
+
+    async def drain(self, timeout: float = 30.0) -> DrainReport:
+        """Shut down gracefully: finish what is in flight, then close; report what could not finish.
+
+        1. every :meth:`consume` stops taking messages; 2. the running handlers
+        finish and settle; 3. the consumers' subscriptions are closed (UNSUBSCRIBE:
+        what they buffered and never handled is redelivered by the broker);
+        4. the receipts still pending are awaited; 5. DISCONNECT and close, as
+        :meth:`aclose`. Steps 2 and 4 share ``timeout`` seconds; what was still
+        unfinished then is counted in the report, never silently dropped.
+        """
+        check_positive("timeout", timeout)
+        deadline = anyio.current_time() + timeout
+        consumers = [c for c in self._consumers if not c.done.is_set()]
+        for consumer in consumers:
+            consumer.stop_taking()
+        unhandled = 0
+        with anyio.move_on_after(timeout):
+            for consumer in consumers:
+                await consumer.done.wait()
+        unfinished = sum(c.running for c in consumers)
+        unconfirmed = 0
+        with anyio.CancelScope(shield=True):
+            for consumer in consumers:
+                unhandled += consumer.subscription.pending
+                with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+                    await consumer.subscription.aclose()
+            if self._state is OPEN:
+                pending = list(self._link.receipts.pending.values())
+                with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+                    for receipt in pending:
+                        try:
+                            await receipt.wait()
+                        except StompError:
+                            pass
+                unconfirmed = sum(1 for receipt in pending if not receipt.done())
+        await self.aclose()
+        return DrainReport(
+            handlers_unfinished=unfinished, messages_unhandled=unhandled, receipts_unconfirmed=unconfirmed
+        )
+
+    def transaction(self, *, receipt: bool = True) -> "AsyncTransaction":
+        """A transaction: ``async with client.transaction() as tx:``.
+
+        BEGIN on entry; COMMIT on normal exit (confirmed by a receipt unless
+        ``receipt=False``); ABORT on an exception or cancellation.
+        """
+        ops = TransactionOps(self._tx_begin, self._tx_send, self._tx_commit, self._tx_abort)
+        return SessionTransaction(ops, receipt)
+
+    def _check_ack(self, message: Message, inlet: Inlet) -> None:
+        self._check_stale("ACK", message)
+        self._link.protocol.check_ack(message)
+
+    # -- transactions (TransactionOps) ----------------------------------------------
+
+    def _lose_transactions(self, error: BaseException) -> int:
+        """The session ended: every open transaction was aborted by the broker; tell them; return how many."""
+        transactions = list(self._transactions)
+        self._transactions.clear()
+        for tx in transactions:
+            tx.connection_lost(error)
+        return len(transactions)
+
+    async def _tx_begin(self, tx: AsyncTransaction) -> str:
+        await self._ensure_open()
+        data, tx_id, _ = self._link.protocol.begin()
+        # Set before the write, which may raise
+        tx.id = tx_id
+        await self._queue_when_room(data)
+        self._counts.control += 1
+        # Always: this client made it
+        if isinstance(tx, SessionTransaction):
+            self._transactions.add(tx)
+        return tx_id
+
+    async def _tx_send(self, tx_id: str, destination: str, body: Union[bytes, str], headers: Any,
+                       content_type: Optional[str]) -> None:
+        self._check_open()
+        body, content_type = body_bytes(body, content_type)
+        data, _ = self._link.protocol.send(destination, body, headers, content_type=content_type, transaction=tx_id)
+        await self._queue_when_room(data)
+
+    async def _tx_commit(self, tx: AsyncTransaction, tx_id: str, receipt: bool) -> None:
+        self._transactions.discard(tx)
+        self._check_open()
+        data, receipt_id = self._link.protocol.commit(tx_id, receipt=receipt)
+        pending = self._link.register(receipt_id) if receipt_id is not None else None
+        await self._queue_when_room(data)
+        self._counts.control += 1
+        if pending is not None:
+            await pending.wait()
+
+    async def _tx_abort(self, tx: AsyncTransaction, tx_id: str, lost: bool) -> None:
+        self._transactions.discard(tx)
+        if lost or self._state is not OPEN:
+            # The session is gone: the broker aborted it already
+            return
+        data, _ = self._link.protocol.abort(tx_id)
+        await self._queue_when_room(data)
+        self._counts.control += 1
 
 
 AsyncClient.__init__.__signature__ = options_signature(AsyncClient.__init__)  # type: ignore[attr-defined]

@@ -161,31 +161,45 @@ class Message:
             )
         self.settled = command
 
-    def ack(self, *, transaction: Optional[str] = None, receipt: bool = False) -> Awaitable[None]:
+    def ack(
+        self, *, transaction: Optional[str] = None, receipt: bool = False,
+        headers: Optional[Mapping[str, Any]] = None,
+    ) -> Awaitable[None]:
         """Acknowledge the message: ``await msg.ack()`` (the blocking client's SyncMessage: ``msg.ack()``).
 
         A message is settled once: a second ``ack()`` or ``nack()`` raises
         :class:`~stompfast.AlreadySettledError` before anything is sent, whatever
         became of the first (a call refused before sending does not count).
+        ``headers``: extra ACK headers for the broker (the ones that name the
+        message, the transaction or the receipt are the client's: giving one
+        raises LocalProtocolError).
         """
         owner = self.owner
         if owner is None:
             raise LocalProtocolError("this message is not attached to a subscription that can ack it")
         done: Awaitable[None]
-        if transaction is None and not receipt:
+        if transaction is None and not receipt and headers is None:
             done = owner.ack_message(self)
         else:
-            done = owner.ack_message(self, transaction=transaction, receipt=receipt)
+            done = owner.ack_message(self, transaction=transaction, receipt=receipt, headers=headers)
         return done
 
-    def nack(self, *, transaction: Optional[str] = None, receipt: bool = False) -> Awaitable[None]:
+    def nack(
+        self, *, transaction: Optional[str] = None, receipt: bool = False,
+        headers: Optional[Mapping[str, Any]] = None,
+    ) -> Awaitable[None]:
         """Refuse the message (STOMP 1.1+): ``await msg.nack()`` (SyncMessage: ``msg.nack()``).
 
-        Settles the message once, as :meth:`ack` does.
+        Settles the message once, as :meth:`ack` does. ``headers``: extra NACK
+        headers for the broker, e.g. ``{"requeue": "false"}``: RabbitMQ then
+        dead-letters the message (or drops it, without a dead-letter exchange)
+        instead of redelivering it (docs/brokers.md).
         """
         if self.owner is None:
             raise LocalProtocolError("this message is not attached to a subscription that can nack it")
-        done: Awaitable[None] = self.owner.nack_message(self, transaction=transaction, receipt=receipt)
+        done: Awaitable[None] = self.owner.nack_message(
+            self, transaction=transaction, receipt=receipt, headers=headers
+        )
         return done
 
     def __repr__(self) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from ._scanner import FrameScanner
 from .errors import ProtocolError
@@ -63,6 +63,19 @@ class FrameLog:
         for frame in frames:
             line = describe_frame(frame.command, frame.header_list, frame.body)
             frame_log.debug("%s %s %s", self.peer, direction, line)
+
+
+    def tap(self, protocol: Any) -> Callable[[str, bytes], None]:
+        """``log(direction, data)`` for a connection's outbox and inbox: :meth:`feed` at ``protocol``'s version.
+
+        The callable holds this log and the session only, not the connection that
+        owns them, so a lost connection is freed by reference counting.
+        """
+
+        def log(direction: str, data: bytes) -> None:
+            self.feed(direction, data, protocol.version)
+
+        return log
 
 
 def describe_frame(command: str, headers: object, body: bytes) -> str:

@@ -1,37 +1,42 @@
-"""The inbox part of :class:`~stompfast.AsyncClient`: scan, dispatch, flow control, liveness.
+"""The inbox: one connection's incoming frames: scan, dispatch, flow control, liveness.
 
 Bytes read from the socket go one way: the protocol scans them into events,
-``_dispatch_now`` hands one read's messages to their subscriptions' inlets
-(each consumer woken once) and receipts to their waiters. When an inlet is
-full the reader stops (pull mode: the reader task waits for room; push mode,
+:meth:`Inbox.dispatch_now` hands one read's messages to their subscriptions'
+inlets (each consumer woken once) and receipts to their waiters. When an inlet
+is full the reader stops (pull mode: the reader task waits for room; push mode,
 asyncio: the transport is paused until the consumer takes a message), and a
 receipt awaited while the reader has been stopped for ``stall_timeout`` fails
-with FlowControlError instead of hanging. The liveness watch declares the link
-dead when nothing arrived for the broker's heart-beat interval times the
-tolerance while the reader was reading.
+with FlowControlError instead of hanging. The liveness watch declares the
+connection dead when nothing arrived for the broker's heart-beat interval times
+the tolerance while the reader was reading.
 
-The choice between the pull reader (a task calling ``transport.receive``) and
-the push reader (``data_received`` callbacks) is made once per connection in
-``_start_reading``. A mixin of the client, like :mod:`._outbox` (see
-docs/architecture.md).
+An :class:`Inbox` belongs to one connection: the link builds it with that
+connection's transport, protocol and receipt registry, and the client's
+subscriptions (the inlets outlive connections; the dict is the client's). The
+choice between the pull reader (a task calling ``transport.receive``:
+:meth:`Inbox.reader`) and the push reader (``data_received`` callbacks:
+:meth:`Inbox.start_push`) is made once, from the transport (``push``). When the
+connection ends the client closes it (:meth:`Inbox.close`), so its reader never
+asks whether the transport is still the current one. What it counts (frames
+and bytes in, receipts, ERRORs) it counts on itself; the client adds that to
+its totals when the connection is replaced (:mod:`._stats`).
 """
 
 from __future__ import annotations
 
 from logging import DEBUG
 from time import monotonic
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import anyio
 
 from ._common import conn_log
 from ._framelog import frame_log
-from ._lifecycle import CLOSING, ClientState
 from ._protocol import ErrorReceived, Message, OversizedMessage, ReceiptReceived, SessionState, StompProtocol
 from ._receipt import PendingReceipt
-from ._stats import Counters
+from ._stats import RttHistogram
 from ._subscription import Inlet
-from ._transport import READ_SIZE, AsyncioTransport, PushTransport, StompTransport, describe_error
+from ._transport import READ_SIZE, AsyncioTransport, StompTransport, describe_error
 from .errors import (
     ClientClosedError,
     ConnectionLostError,
@@ -42,6 +47,14 @@ from .errors import (
 )
 
 __all__ = ["Inbox"]
+
+
+def _no_clock() -> float:
+    return 0.0
+
+
+def _no_log(direction: str, data: bytes) -> None:
+    return None
 
 
 class Resume:
@@ -56,123 +69,169 @@ class Resume:
         self.on_space()
 
 
-class Inbox(Counters):
-    """Incoming frames: the reader, dispatch to inlets and receipt waiters, flow control (a part of AsyncClient)."""
+class Inbox:
+    """One connection's incoming frames: the reader, dispatch to inlets and receipt waiters, flow control.
 
-    # owns (the receipt registry: registered here, reset per connection by the link, written by
-    # send_from_thread under the registry lock)
-    _receipts: Dict[str, PendingReceipt]
-    _paused_on: Optional[Inlet]
-    _stalled: bool
-    _stall_handle: Any
-    _last_received: float
-    _watching: bool
-    _push: bool
-    _push_transport: Optional[PushTransport]
-    # reads
-    _subs: Dict[str, Inlet]
-    _transport: Optional[StompTransport]
-    _protocol: StompProtocol
-    _error: Optional[BaseException]
-    _state: ClientState
-    _link_alive: bool
-    _loop: Any
-    _clock: Callable[[], float]
-    _registry_lock: Any
-    _stall_timeout: float
-    _heartbeat_tolerance: float
-    endpoint: Any
+    Args:
+        transport: where the bytes come from (None: an inbox that was never
+            connected, the client's before its first connection; it is closed).
+        protocol: the connection's session, which scans the bytes into events.
+        subs: the client's subscriptions by id (read, never changed here).
+        receipts: the pending receipts of the connection's
+            :class:`~stompfast._receipt.ReceiptRegistry` (its ``pending`` dict):
+            RECEIPTs and ERRORs naming a receipt resolve (and pop) its entries.
+        rtt: the client's receipt round-trip histogram.
+        peer: ``host:port``, for messages.
+        clock: the event loop's clock.
+        loop: the asyncio loop (push mode's stall timer), None elsewhere.
+        stall_timeout: seconds the reader may be stopped by a full inlet before
+            ``fail_receipts`` is called with a FlowControlError.
+        heartbeat_tolerance: how many broker intervals of silence mean the connection is dead.
+        on_failure: called with what ended the connection (EOF, a framing fault, an
+            ERROR frame, a heart-beat timeout), unless the inbox was closed meanwhile.
+        fail_receipts: called to fail every pending receipt (a stall).
+        log_frames: called with ``("<", data)`` for every read while ``stompfast.frames`` is at DEBUG.
+    """
 
-    if TYPE_CHECKING:  # provided by the client's other parts
+    __slots__ = (
+        "transport", "protocol", "subs", "receipts", "rtt", "peer", "clock", "loop", "stall_timeout",
+        "heartbeat_tolerance", "on_failure", "fail_receipts", "log_frames", "push", "closed", "closing",
+        "release", "paused_on", "stalled", "stall_handle", "last_received", "watching",
+        "frames_in", "bytes_in", "received_gone", "receipts_ok", "receipts_failed", "errors",
+    )
 
-        def _log_frames(self, direction: str, data: bytes) -> None:
-            raise NotImplementedError
+    def __init__(
+        self,
+        transport: Optional[StompTransport],
+        protocol: StompProtocol,
+        *,
+        subs: Dict[str, Inlet],
+        receipts: Dict[str, PendingReceipt],
+        rtt: RttHistogram,
+        peer: str = "",
+        clock: Callable[[], float] = _no_clock,
+        loop: Any = None,
+        stall_timeout: float = 60.0,
+        heartbeat_tolerance: float = 3.0,
+        on_failure: Callable[[BaseException], Any] = lambda error: None,
+        fail_receipts: Callable[[BaseException], Any] = lambda error: None,
+        log_frames: Callable[[str, bytes], Any] = _no_log,
+    ) -> None:
+        self.transport = transport
+        self.protocol = protocol
+        self.subs = subs
+        self.receipts = receipts
+        self.rtt = rtt
+        self.peer = peer
+        self.clock = clock
+        self.loop = loop
+        self.stall_timeout = stall_timeout
+        self.heartbeat_tolerance = heartbeat_tolerance
+        self.on_failure = on_failure
+        self.fail_receipts = fail_receipts
+        self.log_frames = log_frames
+        #: asyncio: frames are dispatched from data_received, no reader task (the one backend choice)
+        self.push = isinstance(transport, AsyncioTransport)
+        # The connection ended: read and dispatch nothing more
+        self.closed = transport is None
+        # Our close is under way: an EOF is its end, not a loss
+        self.closing = False
+        # (pull) the client failed for good: the reader frees the socket on its way out
+        self.release = False
+        # The full inlet the reader waits for
+        self.paused_on: Optional[Inlet] = None
+        # Stopped for stall_timeout: new receipts fail at once
+        self.stalled = False
+        self.stall_handle: Any = None
+        self.last_received = clock()
+        # A liveness watch runs (the broker beats): note when we last read. Known
+        # from the session at once, before the watch's task first runs.
+        self.watching = transport is not None and protocol.heart_beat[1] > 0
+        # counted here, added to the client's totals when the connection is replaced
+        self.frames_in = 0
+        self.bytes_in = 0
+        # Messages for subscriptions that are gone or unknown
+        self.received_gone = 0
+        self.receipts_ok = 0
+        self.receipts_failed = 0
+        self.errors = 0
 
-        def _fail(self, error: BaseException) -> None:
-            raise NotImplementedError
+    def expect_eof(self) -> None:
+        """Our close is under way: an EOF from now on ends it, it is not a loss."""
+        self.closing = True
 
-        def _background(self, coro: Any, name: str) -> None:
-            raise NotImplementedError
+    def close(self, *, release: bool = False) -> None:
+        """The connection ended (or our close is done): dispatch nothing more; push mode: stop the stall timer.
 
-    def _drop_inbox(self) -> int:
-        """The link is lost: not paused any more; client-ack buffers dropped (the broker redelivers them,
-        and acking them on a new session would be wrong); return how many messages that was."""
-        self._paused_on = None
-        self._stalled = False
-        dropped = 0
-        for sub in self._subs.values():
-            if sub.ack_mode != "auto" and sub.messages:
-                dropped += len(sub.messages)
-                sub.messages.clear()
-            sub.space = None
-        return dropped
+        ``release``: the client failed for good, so nobody else will close the
+        socket; a pull reader frees it on its way out.
+        """
+        self.closed = True
+        self.release = self.release or release
+        if self.push:
+            self._unpause()
 
-    def _attach_inbox(self, watch_ms: int, leftover: List[Any]) -> None:
-        """A new connection: not paused, not stalled; the reader (push or pull) and the liveness watch."""
-        self._paused_on = None
-        self._stalled = False
-        self._stall_handle = None
-        self._push = False
-        self._push_transport = None
-        self._last_received = anyio.current_time()
-        self._watching = bool(watch_ms)
-        if watch_ms:  # (before the reader: leftover bytes may end the link at once, and its scopes with it)
-            self._background(self._liveness(watch_ms / 1000.0), "stompfast-liveness")
-        self._start_reading(leftover)
+    def abort(self) -> None:
+        """Push mode: close the socket now (no reader task will; on trio the reader closes it on its way out)."""
+        if self.push:
+            self.transport.close_now()  # type: ignore[union-attr]  # (push: an AsyncioTransport)
 
-    async def _liveness(self, interval: float) -> None:
-        limit = interval * self._heartbeat_tolerance
+    async def liveness(self, interval: float) -> None:
+        """The liveness watch: ``on_failure(HeartbeatTimeout)`` after ``interval`` x tolerance of silence."""
+        self.watching = True
+        limit = interval * self.heartbeat_tolerance
         grace = min(0.05, interval / 10)
+        clock = self.clock
         while True:
-            now = anyio.current_time()
-            deadline = self._last_received + limit
+            now = clock()
+            deadline = self.last_received + limit
             if now < deadline:
                 await anyio.sleep(deadline - now)
                 continue
-            if self._paused_on is not None:  # we are not reading: silence proves nothing
-                self._last_received = now
+            # We are not reading: silence proves nothing
+            if self.paused_on is not None:
+                self.last_received = now
                 continue
             # The event loop may have been busy elsewhere: let a ready reader run first.
             await anyio.sleep(grace)
-            if anyio.current_time() - self._last_received > limit and self._paused_on is None:
-                self._fail(
+            if clock() - self.last_received > limit and self.paused_on is None:
+                self.on_failure(
                     HeartbeatTimeout(
-                        f"nothing received from {self.endpoint.host}:{self.endpoint.port} for"
-                        f" {anyio.current_time() - self._last_received:.2f} s (heart-beat interval"
-                        f" {interval:g} s, tolerance x{self._heartbeat_tolerance:g})"
+                        f"nothing received from {self.peer} for"
+                        f" {clock() - self.last_received:.2f} s (heart-beat interval"
+                        f" {interval:g} s, tolerance x{self.heartbeat_tolerance:g})"
                     )
                 )
                 return
 
-    async def _reader(self, leftover: List[Any]) -> None:
-        transport = self._transport
+    async def reader(self, leftover: List[Any]) -> None:
+        """The pull reader task: read, scan, dispatch (``leftover``: the events that came with CONNECTED)."""
+        transport = self.transport
         assert transport is not None
-        protocol = self._protocol
+        protocol = self.protocol
         try:
             if leftover:
                 await self._dispatch(leftover)
             while True:
                 data = await transport.receive(READ_SIZE)
                 if not data:
-                    if self._transport is not transport or not self._link_alive:
-                        # Another task (the writer, the heart-beat watch) took this link down
+                    if self.closed:
+                        # Another task (the writer, the heart-beat watch) took this connection down
                         # while the EOF was on its way to us: it is handled, and the
                         # protocol's CLOSED state is that loss, not our close.
                         return
-                    if protocol.state is SessionState.CLOSED or self._state is CLOSING:
+                    if protocol.state is SessionState.CLOSED or self.closing:
                         # our close: a broker may end it without the DISCONNECT's RECEIPT
                         # (RabbitMQ's Web-STOMP closes the WebSocket): stop waiting for it
-                        self._fail(ClientClosedError("the client is closed"))
+                        self.on_failure(ClientClosedError("the client is closed"))
                         return
                     cut = " in the middle of a frame" if protocol.buffered else ""
-                    raise ConnectionLostError(
-                        f"{self.endpoint.host}:{self.endpoint.port} closed the connection{cut}"
-                    )
-                if self._watching:
-                    self._last_received = anyio.current_time()
+                    raise ConnectionLostError(f"{self.peer} closed the connection{cut}")
+                if self.watching:
+                    self.last_received = self.clock()
                 if frame_log.isEnabledFor(DEBUG):
-                    self._log_frames("<", data)
-                self._n_bytes_in += len(data)
+                    self.log_frames("<", data)
+                self.bytes_in += len(data)
                 try:
                     events = protocol.receive_data(data)
                 except RemoteProtocolError as exc:
@@ -183,31 +242,29 @@ class Inbox(Counters):
                 if events:
                     await self._dispatch(events)
         except (ConnectionLostError, RemoteProtocolError) as exc:
-            if self._transport is transport:
+            if not self.closed:
                 # (without the traceback: its frames hold this connection's session)
-                self._fail(exc.with_traceback(None))
+                self.on_failure(exc.with_traceback(None))
         finally:
             protocol.connection_lost()
-            if self._error is not None:  # a dead connection: free the socket now
+            # A dead connection: free the socket now
+            if self.release:
                 with anyio.CancelScope(shield=True):
                     await transport.aclose()
 
-    def _start_reading(self, leftover: List[Any]) -> None:
-        transport = self._transport
-        if isinstance(transport, AsyncioTransport):  # the one backend choice, made per connection
-            self._push = True
-            self._push_transport = transport
-            full = self._dispatch_now(leftover) if leftover else None
-            if full and self._error is None:
-                self._pause_for(full[0])
-            transport.start_push(self._on_data, self._on_eof)
-        else:
-            self._background(self._reader(leftover), "stompfast-reader")
+    def start_push(self, leftover: List[Any]) -> None:
+        """Push mode (asyncio): dispatch ``leftover``, then have the transport call :meth:`on_data` per read."""
+        transport = self.transport
+        assert isinstance(transport, AsyncioTransport)
+        full = self.dispatch_now(leftover) if leftover else None
+        if full and not self.closed:
+            self._pause_for(full[0])
+        transport.start_push(self.on_data, self.on_eof)
 
-    def _dispatch_now(self, events: List[Any]) -> Optional[List[Inlet]]:
+    def dispatch_now(self, events: List[Any]) -> Optional[List[Inlet]]:
         """Hand one read's events to subscriptions and receipts; return the subscriptions now full."""
-        self._n_frames_in += len(events)
-        subs = self._subs
+        self.frames_in += len(events)
+        subs = self.subs
         touched: List[Inlet] = []
         last_id: Optional[str] = None
         last: Optional[Inlet] = None
@@ -221,23 +278,23 @@ class Inbox(Counters):
                 if last is not None:
                     last.deliver(event)
                 else:
-                    self._n_received_gone += 1
+                    self.received_gone += 1
                 # else: a message for a subscription we left; the broker redelivers
                 # it in client modes, and in auto mode it was unwanted anyway
             elif type(event) is ReceiptReceived:
-                receipt = self._receipts.pop(event.receipt_id, None)
+                receipt = self.receipts.pop(event.receipt_id, None)
                 if receipt is not None:
-                    self._n_receipts_ok += 1
-                    self._rtt.record(monotonic() - receipt.sent_at)
+                    self.receipts_ok += 1
+                    self.rtt.record(monotonic() - receipt.sent_at)
                     receipt.resolve()
             elif type(event) is ErrorReceived:
-                self._n_errors += 1
+                self.errors += 1
                 if not event.ends_session:
                     self._error_kept(event.error)
                     continue
                 for sub in touched:
                     sub.ready.set()
-                self._fail(event.error)
+                self.on_failure(event.error)
                 return None
             elif type(event) is OversizedMessage:
                 # Last in the chain, so the per-message path pays nothing for it:
@@ -248,7 +305,7 @@ class Inbox(Counters):
                         touched.append(inlet)
                     inlet.deliver(event)
                 else:
-                    self._n_received_gone += 1
+                    self.received_gone += 1
         full = None
         for sub in touched:
             sub.ready.set()
@@ -268,14 +325,13 @@ class Inbox(Counters):
         docs/errors.md). The connection, the subscriptions and every other pending
         receipt go on untouched.
         """
-        peer = f"{self.endpoint.host}:{self.endpoint.port}"
-        receipt = self._receipts.pop(error.receipt_id, None) if error.receipt_id is not None else None
+        receipt = self.receipts.pop(error.receipt_id, None) if error.receipt_id is not None else None
         if receipt is not None:
-            self._n_receipts_failed += 1
+            self.receipts_failed += 1
             receipt.reject(error)
-            conn_log.info("%s refused a frame and kept the session: %s", peer, error)
+            conn_log.info("%s refused a frame and kept the session: %s", self.peer, error)
         else:
-            conn_log.info("%s sent ERROR and kept the session: %s", peer, error)
+            conn_log.info("%s sent ERROR and kept the session: %s", self.peer, error)
 
     def _confirm_by_message(self, sub: Inlet) -> None:
         """A subscription whose SUBSCRIBE awaits its RECEIPT got a MESSAGE: that confirms it too.
@@ -291,161 +347,138 @@ class Inbox(Counters):
         """
         receipt_id = sub.confirming
         sub.confirming = None
-        receipt = self._receipts.pop(receipt_id, None) if receipt_id is not None else None
+        receipt = self.receipts.pop(receipt_id, None) if receipt_id is not None else None
         if receipt is not None:
-            self._n_receipts_ok += 1
-            self._rtt.record(monotonic() - receipt.sent_at)
+            self.receipts_ok += 1
+            self.rtt.record(monotonic() - receipt.sent_at)
             receipt.resolve()
 
     async def _dispatch(self, events: List[Any]) -> None:
-        full = self._dispatch_now(events)
+        full = self.dispatch_now(events)
         if full:
             for sub in full:
                 if len(sub.messages) >= sub.pause_at and not sub.closed:
                     await self._wait_for_space(sub)
 
-    def _on_data(self, data: bytes) -> None:
-        if self._error is not None:
+    def on_data(self, data: bytes) -> None:
+        """(Push mode: the transport's data_received.) Scan and dispatch one read."""
+        if self.closed:
             return
-        if self._watching:
-            self._last_received = self._loop.time()
+        if self.watching:
+            self.last_received = self.clock()
         if frame_log.isEnabledFor(DEBUG):
-            self._log_frames("<", data)
-        self._n_bytes_in += len(data)
+            self.log_frames("<", data)
+        self.bytes_in += len(data)
         try:
             try:
-                events = self._protocol.receive_data(data)
+                events = self.protocol.receive_data(data)
             except RemoteProtocolError as exc:
                 early = getattr(exc, "events", None)
                 if early:
-                    self._dispatch_now(early)
-                self._fail(exc.with_traceback(None))  # its frames would keep the failed session alive
+                    self.dispatch_now(early)
+                # Its frames would keep the failed session alive
+                self.on_failure(exc.with_traceback(None))
                 return
             if events:
-                full = self._dispatch_now(events)
-                if full and self._error is None:
+                full = self.dispatch_now(events)
+                if full and not self.closed:
                     self._pause_for(full[0])
-        except Exception as exc:  # a bug must reach the waiters, not asyncio's logger
-            self._fail(exc)
+        # A bug must reach the waiters, not asyncio's logger
+        except Exception as exc:
+            self.on_failure(exc)
 
-    def _on_eof(self, error: Optional[BaseException]) -> None:
-        protocol = self._protocol
+    def on_eof(self, error: Optional[BaseException]) -> None:
+        """(Push mode: the transport's connection_lost.) The connection ended: why, unless it was ours."""
+        protocol = self.protocol
         try:
-            if self._error is None and (protocol.state is SessionState.CLOSED or self._state is CLOSING):
+            if not self.closed and (protocol.state is SessionState.CLOSED or self.closing):
                 # our close: a broker may end it without the DISCONNECT's RECEIPT (RabbitMQ's
-                # Web-STOMP closes the WebSocket); stop waiting for it (_fail only ends the waits)
-                self._fail(ClientClosedError("the client is closed"))
-            elif self._error is None:
-                peer = f"{self.endpoint.host}:{self.endpoint.port}"
+                # Web-STOMP closes the WebSocket); stop waiting for it (the client only ends the waits)
+                self.on_failure(ClientClosedError("the client is closed"))
+            elif not self.closed:
                 if error is not None:
-                    lost = ConnectionLostError(f"connection to {peer} lost while reading: {describe_error(error)}")
-                    lost.__cause__ = error  # as `raise ... from` does on the pull path
-                    self._fail(lost)
+                    lost = ConnectionLostError(f"connection to {self.peer} lost while reading: {describe_error(error)}")
+                    # As `raise ... from` does on the pull path
+                    lost.__cause__ = error
+                    self.on_failure(lost)
                 else:
                     cut = " in the middle of a frame" if protocol.buffered else ""
-                    self._fail(ConnectionLostError(f"{peer} closed the connection{cut}"))
+                    self.on_failure(ConnectionLostError(f"{self.peer} closed the connection{cut}"))
         finally:
             protocol.connection_lost()
 
     def _pause_for(self, sub: Inlet) -> None:
         """Stop reading until ``sub`` has room (push-mode twin of :meth:`_wait_for_space`)."""
-        self._paused_on = sub
-        self._push_transport.pause_reading()  # type: ignore[union-attr]
+        self.paused_on = sub
+        self.transport.pause_reading()  # type: ignore[union-attr]  # (push: an AsyncioTransport)
         sub.space = Resume(self._on_space)
         if len(sub.messages) < sub.pause_at:
             # a thread consuming it (the blocking client) took messages before
-            # _space was there for it to see: there is room already
+            # space was there for it to see: there is room already
             sub.space = None
             self._on_space()
             return
-        if self._stall_handle is None:
-            self._stall_handle = self._loop.call_later(self._stall_timeout, self._on_stall)
+        if self.stall_handle is None:
+            self.stall_handle = self.loop.call_later(self.stall_timeout, self._on_stall)
 
     def _on_stall(self) -> None:
-        self._stall_handle = None
-        sub = self._paused_on
-        if sub is not None and self._error is None:
+        self.stall_handle = None
+        sub = self.paused_on
+        if sub is not None and not self.closed:
             # Stopped for stall_timeout: receipts cannot arrive until this buffer drains.
-            self._stalled = True
-            self._fail_receipts_for_stall(sub)
+            self.stalled = True
+            self.fail_receipts(self.stall_error(sub))
 
     def _unpause(self) -> None:
-        if self._stall_handle is not None:
-            self._stall_handle.cancel()
-            self._stall_handle = None
-        self._paused_on = None
-        self._stalled = False
+        if self.stall_handle is not None:
+            self.stall_handle.cancel()
+            self.stall_handle = None
+        self.paused_on = None
+        self.stalled = False
 
     def _on_space(self) -> None:
         """A paused-on subscription has room (or closed): read again unless another is full."""
-        if self._paused_on is None:
+        if self.paused_on is None:
             return
         self._unpause()
-        if self._error is not None:
+        if self.closed:
             return
-        self._last_received = self._loop.time()
-        for sub in self._subs.values():
+        self.last_received = self.clock()
+        for sub in self.subs.values():
             if len(sub.messages) >= sub.pause_at and not sub.closed:
                 self._pause_for(sub)
                 return
-        self._push_transport.resume_reading()  # type: ignore[union-attr]
+        self.transport.resume_reading()  # type: ignore[union-attr]  # (push: an AsyncioTransport)
 
     async def _wait_for_space(self, sub: Inlet) -> None:
-        self._paused_on = sub
+        self.paused_on = sub
         try:
             while True:
                 # space first, then the length: a thread that takes messages (the
                 # blocking client) either sees the event or left room we see here
                 space = sub.space = anyio.Event()
-                if not (len(sub.messages) >= sub.pause_at and not sub.closed and self._error is None):
+                if not (len(sub.messages) >= sub.pause_at and not sub.closed and not self.closed):
                     sub.space = None
                     break
-                with anyio.move_on_after(self._stall_timeout):
+                with anyio.move_on_after(self.stall_timeout):
                     await space.wait()
                     continue
                 # Stopped for stall_timeout: receipts cannot arrive until this buffer drains.
-                self._stalled = True
-                self._fail_receipts_for_stall(sub)
+                self.stalled = True
+                self.fail_receipts(self.stall_error(sub))
                 await space.wait()
         finally:
-            self._paused_on = None
-            self._stalled = False
-            self._last_received = anyio.current_time()
+            self.paused_on = None
+            self.stalled = False
+            self.last_received = self.clock()
 
-    def _stall_error(self, sub: Inlet) -> FlowControlError:
+    def stall_error(self, sub: Inlet) -> FlowControlError:
+        """The error of a receipt that cannot arrive while ``sub``'s full buffer stops the reader."""
         return FlowControlError(
-            f"the reader has been stopped for {self._stall_timeout:g} s by subscription {sub.id!r} to"
+            f"the reader has been stopped for {self.stall_timeout:g} s by subscription {sub.id!r} to"
             f" {sub.destination!r}, whose buffer of {sub.buffer_size} messages is full and unread: no"
             " receipt can arrive until it is drained (consume it, raise buffer_size, or use client"
             " acks, which limit the broker's prefetch to the buffer)",
             subscription=sub.id,
             destination=sub.destination,
         )
-
-    def _fail_receipts_for_stall(self, sub: Inlet) -> None:
-        self._fail_receipts(self._stall_error(sub))
-
-    def _fail_receipts(self, error: BaseException) -> None:
-        """Fail every pending receipt with ``error`` and forget them.
-
-        Under the registry lock: the blocking client registers receipts from its
-        own threads (:meth:`send_from_thread`), which must not land between the
-        snapshot and the clear, nor change the dict while it is iterated.
-        """
-        with self._registry_lock:
-            receipts = list(self._receipts.values())
-            self._receipts.clear()
-        self._n_receipts_failed += len(receipts)
-        for receipt in receipts:
-            receipt.reject(error)
-
-    def _register(self, receipt_id: Optional[str]) -> PendingReceipt:
-        assert receipt_id is not None
-        receipt = PendingReceipt(receipt_id, self._loop, monotonic())
-        if self._stalled and self._paused_on is not None:
-            self._n_receipts_failed += 1
-            receipt.reject(self._stall_error(self._paused_on))
-        else:
-            self._receipts[receipt_id] = receipt
-        return receipt
-

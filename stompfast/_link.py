@@ -1,43 +1,48 @@
-"""The link part of :class:`~stompfast.AsyncClient`: open one connection, CONNECT, wait for CONNECTED, install it.
+"""One live connection of :class:`~stompfast.AsyncClient`: :func:`open_link` opens it, :class:`Link` is it.
 
-``_open_link`` makes a fresh :class:`~stompfast._protocol.StompProtocol` (a new
-session), opens the transport (TCP, TLS or WebSocket: :func:`open_transport`),
-sends CONNECT and waits for CONNECTED within ``connect_timeout``, turning what
-goes wrong into a ConnectError that says why (a TLS port spoken to in plain
-TCP, a broker that wants a client certificate, not a STOMP port). Then it
-installs the connection: fresh per-connection state, the reader (pull task or
-push callbacks, chosen once here), the writer and the heart-beat tasks, and on
-a reconnect the re-sent SUBSCRIBEs, confirmed before the link counts as up.
-
-A mixin of the client (see docs/architecture.md).
+:func:`open_link` makes a fresh :class:`~stompfast._protocol.StompProtocol` (a
+new STOMP session), opens the transport (TCP, TLS or WebSocket:
+:func:`open_transport`), sends CONNECT and waits for CONNECTED within
+``connect_timeout``, turning what goes wrong into a ConnectError that says why
+(a TLS port spoken to in plain TCP, a broker that wants a client certificate,
+not a STOMP port). It returns a :class:`Link`: the session, the transport, the
+connection's receipt registry and the two components built on them, the
+:class:`~stompfast._outbox.Outbox` (sending) and the
+:class:`~stompfast._inbox.Inbox` (receiving). :meth:`Link.start` runs their
+tasks; :meth:`Link.close` is the one teardown, whatever ended the connection,
+and reports what was lost. A new connection is a new Link: nothing of it is
+reused, so no task of an old connection can touch a new one.
 """
 
 from __future__ import annotations
 
 import ssl as _ssl
+import threading
 from logging import DEBUG
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import anyio
+import anyio.abc
 
 from ._config import Endpoint
 from ._framelog import FrameLog, frame_log
+from ._inbox import Inbox
+from ._outbox import WRITE_THROUGH_BYTES, Outbox
 from ._protocol import Connected, ErrorReceived, StompProtocol
-from ._receipt import PendingReceipt
+from ._receipt import PendingReceipt, ReceiptRegistry
 from ._stats import Counters
 from ._subscription import Inlet
-from ._transport import READ_SIZE, StompTransport, WebSocketSpec, open_transport
+from ._transport import READ_SIZE, AsyncioTransport, StompTransport, WebSocketSpec, open_transport
 from .errors import (
     ConnectError,
     ConnectionLostError,
     ConnectTimeout,
     NotStompError,
     RemoteProtocolError,
-    StompError,
     TLSError,
 )
 
-__all__ = ["Link"]
+__all__ = ["Link", "LinkSettings", "Lost", "open_link"]
 
 #: how a server's answer to CONNECT may begin (after heart-beat EOLs)
 _ANSWERS = (b"CONNECTED\n", b"CONNECTED\r\n", b"ERROR\n", b"ERROR\r\n")
@@ -71,58 +76,48 @@ def not_stomp(endpoint: Endpoint, head: bytes) -> NotStompError:
     )
 
 
-class Link(Counters):
-    """Opening and installing one connection (a part of AsyncClient)."""
+class LinkSettings:
+    """What every connection of a client is opened with: the options that do not depend on the broker.
 
-    # owns: the installed connection (_protocol, _transport, endpoint, _scopes, _frames); reads the options
-    _protocol_options: Dict[str, Any]
-    _ssl_option: Union[bool, _ssl.SSLContext, None]
-    _server_hostname: Optional[str]
-    _connect_timeout: float
-    _websocket_max_message_bytes: int
-    _registry_lock: Any
-    _subs: Dict[str, Inlet]
-    _protocol: StompProtocol
-    _transport: Optional[StompTransport]
-    _receipts: Dict[str, PendingReceipt]
-    _scopes: List[anyio.CancelScope]
-    _link_alive: bool
-    _frames: Optional[FrameLog]
-    endpoint: Endpoint
+    Args:
+        ssl: the client's ``ssl=`` option (None: as each endpoint's URL scheme says).
+        server_hostname: the name sent as SNI and checked against the certificate.
+        connect_timeout: seconds for the transport plus CONNECTED.
+        websocket_max_message_bytes: the most payload bytes in one WebSocket message.
+        send_buffer_bytes: queued bytes at which senders wait for room.
+        stall_timeout: seconds the reader may be stopped by a full subscription.
+        heartbeat_tolerance: how many broker intervals of silence mean the connection is dead.
+        protocol_options: the keywords of each connection's StompProtocol.
+    """
 
-    if TYPE_CHECKING:  # provided by the client's other parts
+    __slots__ = (
+        "ssl", "server_hostname", "connect_timeout", "websocket_max_message_bytes", "send_buffer_bytes",
+        "stall_timeout", "heartbeat_tolerance", "protocol_options",
+    )
 
-        def _attach_supervisor(self) -> None:
-            raise NotImplementedError
+    def __init__(
+        self,
+        *,
+        ssl: Union[bool, _ssl.SSLContext, None],
+        server_hostname: Optional[str],
+        connect_timeout: float,
+        websocket_max_message_bytes: int,
+        send_buffer_bytes: float,
+        stall_timeout: float,
+        heartbeat_tolerance: float,
+        protocol_options: Dict[str, Any],
+    ) -> None:
+        self.ssl = ssl
+        self.server_hostname = server_hostname
+        self.connect_timeout = connect_timeout
+        self.websocket_max_message_bytes = websocket_max_message_bytes
+        self.send_buffer_bytes = send_buffer_bytes
+        self.stall_timeout = stall_timeout
+        self.heartbeat_tolerance = heartbeat_tolerance
+        self.protocol_options = protocol_options
 
-        def _attach_outbox(self, transport: StompTransport, beat_ms: int) -> None:
-            raise NotImplementedError
-
-        def _attach_inbox(self, watch_ms: int, leftover: List[Any]) -> None:
-            raise NotImplementedError
-
-        def _link_down(self, error: BaseException) -> None:
-            raise NotImplementedError
-
-        def _background(self, coro: Any, name: str) -> None:
-            raise NotImplementedError
-
-        def _register(self, receipt_id: Optional[str]) -> PendingReceipt:
-            raise NotImplementedError
-
-        def _queue(self, data: bytes) -> None:
-            raise NotImplementedError
-
-        def _flush_now(self) -> None:
-            raise NotImplementedError
-
-        def _start_reading(self, leftover: List[Any]) -> None:
-            raise NotImplementedError
-
-        async def wait_receipts(self, receipts: Any) -> None:
-            raise NotImplementedError
-
-    def _make_protocol(self, endpoint: Endpoint) -> StompProtocol:
+    def protocol(self, endpoint: Endpoint) -> StompProtocol:
+        """A new STOMP session for ``endpoint`` (raises ConfigurationError for bad options, before any I/O)."""
         # skip_oversized: a MESSAGE over max_frame_bytes that the broker sent with
         # content-length reaches its subscription as an OversizedMessage to ack or
         # nack; failing the connection would only have it redelivered for ever.
@@ -131,178 +126,355 @@ class Link(Counters):
             login=endpoint.login,
             passcode=endpoint.passcode,
             skip_oversized=True,
-            **self._protocol_options,
+            **self.protocol_options,
         )
 
-    def _tls(self, endpoint: Endpoint) -> Union[bool, _ssl.SSLContext]:
-        """TLS for ``endpoint``: the ``ssl=`` keyword if given, else what its URL scheme says."""
-        return endpoint.tls if self._ssl_option is None else self._ssl_option
+    def tls(self, endpoint: Endpoint) -> Union[bool, _ssl.SSLContext]:
+        """TLS for ``endpoint``: the ``ssl=`` option if given, else what its URL scheme says."""
+        return endpoint.tls if self.ssl is None else self.ssl
 
-    def _ssl_context(self, endpoint: Endpoint) -> Optional[_ssl.SSLContext]:
+    def ssl_context(self, endpoint: Endpoint) -> Optional[_ssl.SSLContext]:
         """The SSL context to connect with (None: plain TCP); a default one is made per connect."""
-        tls = self._tls(endpoint)
+        tls = self.tls(endpoint)
         if isinstance(tls, _ssl.SSLContext):
             return tls
         return _ssl.create_default_context() if tls else None
 
-    def _log_frames(self, direction: str, data: bytes) -> None:
-        """(Only with ``stompfast.frames`` at DEBUG: see :mod:`._framelog`.) Log the frames of ``data``."""
-        frames = self._frames
-        if frames is None:  # logging turned on in the middle of this connection
-            with self._registry_lock:  # (send_from_thread logs from its thread)
-                frames = self._frames
-                if frames is None:
-                    frames = self._frames = FrameLog(f"{self.endpoint.host}:{self.endpoint.port}")
-        frames.feed(direction, data, self._protocol.version)
 
-    async def _open_link(self, endpoint: Endpoint, *, resubscribe: bool) -> None:
-        """Connect to ``endpoint``, wait for CONNECTED, start the connection's tasks.
+class Lost(NamedTuple):
+    """What a connection took with it when it ended (:meth:`Link.close`), as the client reports it."""
 
-        The broker counts as up only after CONNECTED and, on a reconnect, after it
-        confirmed every re-established subscription.
-        """
-        protocol = self._make_protocol(endpoint)
-        frames = FrameLog(f"{endpoint.host}:{endpoint.port}") if frame_log.isEnabledFor(DEBUG) else None
-        transport: Any = None  # a StompTransport once open
-        try:
-            leftover: List[Any] = []
-            websocket = None
-            if endpoint.websocket:
-                from ._websocket import subprotocols
+    #: what ended it
+    error: BaseException
+    #: frames queued and never written
+    dropped_frames: int = 0
+    #: client-ack messages received and not yet taken (the client drops them: the broker redelivers them)
+    dropped_messages: int = 0
+    #: transactions open on it (the broker aborted them)
+    aborted_transactions: int = 0
 
-                websocket = WebSocketSpec(
-                    endpoint.path, subprotocols(protocol.versions), self._websocket_max_message_bytes
-                )
-            try:
-                with anyio.fail_after(self._connect_timeout):
-                    transport = await open_transport(
-                        endpoint.host,
-                        endpoint.port,
-                        ssl_context=self._ssl_context(endpoint),
-                        server_hostname=self._server_hostname,
-                        websocket=websocket,
-                    )
-                    connect = protocol.connect()
-                    if frames is not None:
-                        frames.feed(">", connect)
-                    self._n_connects += 1
-                    self._n_bytes_out += len(connect)
-                    await transport.send(connect)
-                    leftover = await self._await_connected(transport, protocol, endpoint, frames)
-            except TimeoutError as exc:
-                raise ConnectTimeout(
-                    f"no CONNECTED from {endpoint.host}:{endpoint.port} within {self._connect_timeout:g} s"
-                ) from exc
-            except ConnectionLostError as exc:
-                cause = exc.__cause__
-                if isinstance(cause, _ssl.SSLError):
-                    # TLS 1.3: a client certificate the broker refuses is reported after the
-                    # handshake, on the first read
-                    raise TLSError(
-                        f"{endpoint.host}:{endpoint.port} ended the TLS session before CONNECTED: {exc}"
-                        " (does the broker want a client certificate? ctx.load_cert_chain)",
-                        reason=getattr(cause, "reason", None),
-                    ) from exc
-                hint = (
-                    " (over TLS: does the broker want a client certificate? ctx.load_cert_chain)"
-                    if self._tls(endpoint)
-                    else ""
-                )
-                raise ConnectError(
-                    f"{endpoint.host}:{endpoint.port} closed the connection before CONNECTED: {exc}{hint}"
-                ) from exc
-        except BaseException:
-            if transport is not None:
-                with anyio.CancelScope(shield=True):
-                    await transport.aclose()
-            raise
-        # Install the new connection: fresh per-connection state, fresh tasks.
-        with self._registry_lock:  # (a thread sending directly sees all of it or none)
-            self._protocol = protocol
-            self._transport = transport
-            self._receipts = {}
+
+def _ignore(error: BaseException) -> None:
+    """The failure callback of a link nobody watches (one that was never opened)."""
+
+
+def _receipt_failer(receipts: ReceiptRegistry, counters: Counters) -> Callable[[BaseException], None]:
+    """``fail(error)``: fail every receipt pending in ``receipts`` and count them as failed."""
+
+    def fail(error: BaseException) -> None:
+        counters.receipts_failed += receipts.fail(error)
+
+    return fail
+
+
+def _no_clock() -> float:
+    """The clock of a link that was never opened (an idle link may be built outside any event loop)."""
+    return 0.0
+
+
+class Link:
+    """One live connection: its STOMP session, its transport, its receipts, its outbox and its inbox.
+
+    Built by :func:`open_link` once CONNECTED has come (or, with ``transport``
+    None, as the idle link a client holds before its first connection: closed,
+    empty). The client keeps the current link; the components reach the client
+    only through the callables given here.
+
+    Args:
+        endpoint: the broker this link is connected to.
+        protocol: its STOMP session (CONNECTED already received).
+        transport: its transport (None: an idle link).
+        settings: the client's :class:`LinkSettings`.
+        subs: the client's subscriptions by id (the inbox dispatches to them).
+        counters: the client's counters (connects, failed receipts, the RTT histogram).
+        lock: the client's registry lock (threads that send directly take it).
+        clock: the event loop's clock.
+        loop: the asyncio loop (None elsewhere): receipts wait on its futures.
+        on_failure: called with what ended the connection (a lost write, an EOF, an
+            ERROR frame, a heart-beat timeout), unless the link was closed first.
+        frames: the frame log of this connection (default: a new one), written
+            while ``stompfast.frames`` is at DEBUG.
+    """
+
+    __slots__ = (
+        "endpoint", "protocol", "transport", "receipts", "outbox", "inbox", "log_frames", "fail_receipts",
+        "scopes", "alive",
+    )
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        protocol: StompProtocol,
+        transport: Optional[StompTransport],
+        *,
+        settings: LinkSettings,
+        subs: Dict[str, Inlet],
+        counters: Counters,
+        lock: threading.Lock,
+        clock: Callable[[], float] = _no_clock,
+        loop: Any = None,
+        on_failure: Callable[[BaseException], Any] = _ignore,
+        frames: Optional[FrameLog] = None,
+    ) -> None:
         self.endpoint = endpoint
-        self._frames = frames
-        self._scopes = []
-        # each part starts over on the new connection, and starts its tasks
-        self._attach_supervisor()
-        self._attach_outbox(transport, protocol.heart_beat[0])
-        self._attach_inbox(protocol.heart_beat[1], leftover)
-        if resubscribe and self._subs:
-            try:
-                pending = []
-                for sub in list(self._subs.values()):
-                    data, _, receipt_id = protocol.subscribe(
-                        sub.destination, ack=sub.ack_mode, headers=sub.headers, id=sub.id, receipt=True,
-                        prefetch=sub.prefetch, durable=sub.durable,
-                    )
-                    pending.append(self._register(receipt_id))
-                    # (as on a first SUBSCRIBE: its first MESSAGE confirms it too)
-                    sub.confirming = receipt_id
-                    self._queue(data)
-                    self._n_control += 1
-                self._flush_now()
-                with anyio.fail_after(self._connect_timeout):
-                    await self.wait_receipts(pending)
-                for sub in self._subs.values():
-                    sub.confirming = None
-            except BaseException as exc:
-                for sub in self._subs.values():
-                    sub.confirming = None
-                # Not up after all: take the connection down again (quietly: the
-                # caller reports it as a failed attempt).
-                if self._link_alive:
-                    self._link_down(exc if isinstance(exc, StompError) else ConnectionLostError(str(exc)))
-                with anyio.CancelScope(shield=True):
-                    await transport.aclose()
-                if isinstance(exc, TimeoutError):
-                    raise ConnectTimeout(
-                        f"{endpoint.host}:{endpoint.port} did not confirm the re-established subscriptions"
-                        f" within {self._connect_timeout:g} s"
-                    ) from exc
-                raise
+        self.protocol = protocol
+        self.transport = transport
+        self.receipts = ReceiptRegistry(lock, loop)
+        if frames is None:
+            frames = FrameLog(f"{endpoint.host}:{endpoint.port}")
+        # The components get callables that hold no reference to this link: a lost
+        # link must be freed by reference counting (its session may hold up to
+        # max_frame_bytes of scanner buffer), not at a rare cyclic collection.
+        #: ``log_frames(direction, data)``: log the frames of one read or write (``stompfast.frames`` at DEBUG)
+        self.log_frames = frames.tap(protocol)
+        #: ``fail_receipts(error)``: fail every pending receipt of this link, counted as failed
+        self.fail_receipts = _receipt_failer(self.receipts, counters)
+        # Only asyncio's transport takes a write from the sending task (try_write);
+        # elsewhere writing through would mean a task switch per mark, so the
+        # queue fills to send_buffer_bytes.
+        through = settings.send_buffer_bytes
+        if isinstance(transport, AsyncioTransport):
+            through = WRITE_THROUGH_BYTES
+        self.outbox = Outbox(
+            transport,
+            send_buffer_bytes=settings.send_buffer_bytes,
+            write_through_bytes=through,
+            clock=clock,
+            on_lost=on_failure,
+            log_frames=self.log_frames,
+            beating=transport is not None and protocol.heart_beat[0] > 0,
+        )
+        self.inbox = Inbox(
+            transport,
+            protocol,
+            subs=subs,
+            receipts=self.receipts.pending,
+            rtt=counters.rtt,
+            peer=f"{endpoint.host}:{endpoint.port}",
+            clock=clock,
+            loop=loop,
+            stall_timeout=settings.stall_timeout,
+            heartbeat_tolerance=settings.heartbeat_tolerance,
+            on_failure=on_failure,
+            fail_receipts=self.fail_receipts,
+            log_frames=self.log_frames,
+        )
+        # The cancel scopes of this link's tasks (closing cancels them).
+        self.scopes: List[anyio.CancelScope] = []
+        # Up: opened and not closed since.
+        self.alive = transport is not None
 
-    async def _await_connected(
-        self, transport: Any, protocol: StompProtocol, endpoint: Endpoint, frames: Optional[FrameLog]
-    ) -> List[Any]:
-        head = b""  # the first bytes received, to judge and quote a server that is not STOMP
-        while True:
-            data = await transport.receive(READ_SIZE)
-            if frames is not None:
-                frames.feed("<", data)
-            self._n_bytes_in += len(data)
-            if len(head) < _HEAD:
-                head += data[: _HEAD - len(head)]
-            if not data:
-                hint = "is this a STOMP port?"
-                if self._tls(endpoint) and not protocol.buffered:
-                    hint += " Over TLS, a broker that wants a client certificate closes like this: ctx.load_cert_chain"
-                raise ConnectError(
-                    f"{endpoint.host}:{endpoint.port} closed the connection before CONNECTED ({hint})"
+    def start(self, tg: anyio.abc.TaskGroup, leftover: List[Any]) -> None:
+        """Run this link's tasks in ``tg``: the writer, the heart-beat sender, the liveness watch, the reader.
+
+        ``leftover``: the events read with CONNECTED. On asyncio the transport
+        calls the inbox back with each read: there is no reader task.
+        """
+        outbox, inbox = self.outbox, self.inbox
+        self._spawn(tg, outbox.writer(), "stompfast-writer")
+        beat_ms, watch_ms = self.protocol.heart_beat
+        if beat_ms:
+            self._spawn(tg, outbox.heartbeat_sender(beat_ms / 1000.0), "stompfast-heartbeat")
+        # The watch starts before the reader: leftover bytes may end the link at
+        # once, and its scopes with it.
+        if watch_ms:
+            self._spawn(tg, inbox.liveness(watch_ms / 1000.0), "stompfast-liveness")
+        if inbox.push:
+            inbox.start_push(leftover)
+        else:
+            self._spawn(tg, inbox.reader(leftover), "stompfast-reader")
+
+    def _spawn(self, tg: anyio.abc.TaskGroup, coro: Any, name: str) -> None:
+        """Run ``coro`` in ``tg`` under a cancel scope of this link's own.
+
+        The client's task group is entered in the caller's task, so its own cancel
+        scope also covers the caller's code inside ``async with``: a link must stop
+        its tasks through their own scopes, never through the group's.
+        """
+        scope = anyio.CancelScope()
+        self.scopes.append(scope)
+
+        async def run() -> None:
+            with scope:
+                await coro
+
+        tg.start_soon(run, name=name)
+
+    def register(self, receipt_id: Optional[str]) -> PendingReceipt:
+        """A pending receipt for ``receipt_id`` (failed at once while a full subscription stalls the reader)."""
+        assert receipt_id is not None
+        inbox = self.inbox
+        if inbox.stalled and inbox.paused_on is not None:
+            inbox.receipts_failed += 1
+            return self.receipts.register(receipt_id, inbox.stall_error(inbox.paused_on))
+        return self.receipts.register(receipt_id)
+
+    def expect_eof(self) -> None:
+        """Our close is under way: an EOF from now on ends it, it is not a loss."""
+        self.inbox.expect_eof()
+
+    def close(self, error: BaseException, *, release: bool = False) -> Lost:
+        """End this link (the one teardown, whatever ended it): what it lost is returned.
+
+        Pending receipts fail with ``error`` (never re-sent); frames never written
+        are dropped; the outbox wakes every sender waiting for room; the inbox
+        dispatches nothing more; the tasks stop; on asyncio the socket is
+        closed now. ``release``: the client will not reconnect, so on trio the
+        reader frees the socket on its way out (else :meth:`aclose` does).
+        Closing a closed link loses nothing more.
+        """
+        if not self.alive:
+            return Lost(error)
+        self.alive = False
+        self.fail_receipts(error)
+        dropped = self.outbox.drop()
+        self.outbox.close()
+        self.inbox.close(release=release)
+        for scope in self.scopes:
+            scope.cancel()
+        self.inbox.abort()
+        self.protocol.connection_lost()
+        return Lost(error, dropped)
+
+    async def aclose(self) -> None:
+        """Close the transport (shielded: this runs in teardowns that may be cancelled)."""
+        if self.transport is not None:
+            with anyio.CancelScope(shield=True):
+                await self.transport.aclose()
+
+
+
+async def open_link(
+    endpoint: Endpoint,
+    settings: LinkSettings,
+    *,
+    subs: Dict[str, Inlet],
+    counters: Counters,
+    lock: threading.Lock,
+    clock: Callable[[], float],
+    loop: Any,
+    on_failure: Callable[[BaseException], Any],
+) -> Tuple[Link, List[Any]]:
+    """Connect to ``endpoint``, send CONNECT, wait for CONNECTED: the new link and the events read after it.
+
+    The keywords are :class:`Link`'s. Everything is bounded by
+    ``settings.connect_timeout``; on any failure the transport is closed.
+
+    Raises:
+        ConnectTimeout, ConnectError (NotStompError, TLSError), AuthenticationError, ServerError.
+    """
+    protocol = settings.protocol(endpoint)
+    frames = FrameLog(f"{endpoint.host}:{endpoint.port}")
+    # A StompTransport once open
+    transport: Any = None
+    try:
+        websocket = None
+        if endpoint.websocket:
+            from ._websocket import subprotocols
+
+            websocket = WebSocketSpec(
+                endpoint.path, subprotocols(protocol.versions), settings.websocket_max_message_bytes
+            )
+        try:
+            with anyio.fail_after(settings.connect_timeout):
+                transport = await open_transport(
+                    endpoint.host,
+                    endpoint.port,
+                    ssl_context=settings.ssl_context(endpoint),
+                    server_hostname=settings.server_hostname,
+                    websocket=websocket,
                 )
-            if data[:1] in (b"\x15", b"\x16") and data[1:2] == b"\x03" and not protocol.buffered:
-                # a TLS record (alert or handshake) where a STOMP frame was expected
-                raise ConnectError(
-                    f"{endpoint.host}:{endpoint.port} answered with TLS: it is a TLS port"
-                    " (use a stomp+ssl:// URL or ssl=True)"
-                )
-            if not could_be_stomp(head):
-                raise not_stomp(endpoint, head)
-            try:
-                events = protocol.receive_data(data)
-            except RemoteProtocolError as exc:
-                # A fault of the scanner (it has an offset) or a frame other than CONNECTED
-                # or ERROR: no STOMP server answers CONNECT so. A CONNECTED the session
-                # refuses (a version not offered, a bad heart-beat) comes from a STOMP
-                # server and keeps its own, more precise, error.
-                if exc.offset is None and head.lstrip(b"\r\n").startswith(b"CONNECTED"):
-                    raise
-                raise not_stomp(endpoint, head) from exc
-            for i, event in enumerate(events):
-                if isinstance(event, Connected):
-                    self._n_frames_in += 1  # (the rest are dispatched, and counted, with the session's)
-                    return events[i + 1 :]
-                if isinstance(event, ErrorReceived):
-                    self._n_frames_in += 1
-                    self._n_errors += 1
-                    raise event.error
+                connect = protocol.connect()
+                if frame_log.isEnabledFor(DEBUG):
+                    frames.feed(">", connect)
+                counters.connects += 1
+                counters.bytes_out += len(connect)
+                await transport.send(connect)
+                leftover = await _await_connected(transport, protocol, endpoint, settings, frames, counters)
+        except TimeoutError as exc:
+            raise ConnectTimeout(
+                f"no CONNECTED from {endpoint.host}:{endpoint.port} within {settings.connect_timeout:g} s"
+            ) from exc
+        except ConnectionLostError as exc:
+            raise _closed_early(endpoint, settings, exc) from exc
+    except BaseException:
+        if transport is not None:
+            with anyio.CancelScope(shield=True):
+                await transport.aclose()
+        raise
+    link = Link(
+        endpoint, protocol, transport, settings=settings, subs=subs, counters=counters, lock=lock, clock=clock,
+        loop=loop, on_failure=on_failure, frames=frames,
+    )
+    return link, leftover
+
+
+def _closed_early(endpoint: Endpoint, settings: LinkSettings, exc: ConnectionLostError) -> ConnectError:
+    """The error for a connection that ended before CONNECTED, with a hint on TLS client certificates."""
+    cause = exc.__cause__
+    if isinstance(cause, _ssl.SSLError):
+        # TLS 1.3: a client certificate the broker refuses is reported after the
+        # handshake, on the first read
+        return TLSError(
+            f"{endpoint.host}:{endpoint.port} ended the TLS session before CONNECTED: {exc}"
+            " (does the broker want a client certificate? ctx.load_cert_chain)",
+            reason=getattr(cause, "reason", None),
+        )
+    hint = ""
+    if settings.tls(endpoint):
+        hint = " (over TLS: does the broker want a client certificate? ctx.load_cert_chain)"
+    return ConnectError(f"{endpoint.host}:{endpoint.port} closed the connection before CONNECTED: {exc}{hint}")
+
+
+async def _await_connected(
+    transport: Any,
+    protocol: StompProtocol,
+    endpoint: Endpoint,
+    settings: LinkSettings,
+    frames: FrameLog,
+    counters: Counters,
+) -> List[Any]:
+    """Read until CONNECTED (its events after it are returned) or ERROR (raised), judging what comes."""
+    # The first bytes received, to judge and quote a server that is not STOMP
+    head = b""
+    while True:
+        data = await transport.receive(READ_SIZE)
+        if frame_log.isEnabledFor(DEBUG):
+            frames.feed("<", data)
+        counters.bytes_in += len(data)
+        if len(head) < _HEAD:
+            head += data[: _HEAD - len(head)]
+        if not data:
+            hint = "is this a STOMP port?"
+            if settings.tls(endpoint) and not protocol.buffered:
+                hint += " Over TLS, a broker that wants a client certificate closes like this: ctx.load_cert_chain"
+            raise ConnectError(
+                f"{endpoint.host}:{endpoint.port} closed the connection before CONNECTED ({hint})"
+            )
+        if data[:1] in (b"\x15", b"\x16") and data[1:2] == b"\x03" and not protocol.buffered:
+            # a TLS record (alert or handshake) where a STOMP frame was expected
+            raise ConnectError(
+                f"{endpoint.host}:{endpoint.port} answered with TLS: it is a TLS port"
+                " (use a stomp+ssl:// URL or ssl=True)"
+            )
+        if not could_be_stomp(head):
+            raise not_stomp(endpoint, head)
+        try:
+            events = protocol.receive_data(data)
+        except RemoteProtocolError as exc:
+            # A fault of the scanner (it has an offset) or a frame other than CONNECTED
+            # or ERROR: no STOMP server answers CONNECT so. A CONNECTED the session
+            # refuses (a version not offered, a bad heart-beat) comes from a STOMP
+            # server and keeps its own, more precise, error.
+            if exc.offset is None and head.lstrip(b"\r\n").startswith(b"CONNECTED"):
+                raise
+            raise not_stomp(endpoint, head) from exc
+        for i, event in enumerate(events):
+            if isinstance(event, Connected):
+                # The rest are dispatched, and counted, with the session's
+                counters.frames_in += 1
+                return events[i + 1 :]
+            if isinstance(event, ErrorReceived):
+                counters.frames_in += 1
+                counters.errors += 1
+                raise event.error

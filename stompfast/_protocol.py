@@ -154,6 +154,21 @@ def _escape_12(value: str) -> str:
 
 #: The largest heart-beat interval taken from a broker, in ms (one hour): larger
 #: values are clamped to it. See :func:`negotiate_heart_beat`.
+#: The headers of an ACK or NACK that the client writes itself: extra headers may not replace them.
+SETTLE_RESERVED = frozenset({"id", "message-id", "subscription", "transaction", "receipt"})
+
+
+def _add_settle_headers(command: str, h: Dict[str, Any], headers: Mapping[str, Any]) -> None:
+    """Add the caller's extra ``headers`` to an ACK or NACK's ``h`` (the client's own are refused)."""
+    for name, value in headers.items():
+        if name in SETTLE_RESERVED:
+            raise LocalProtocolError(
+                f"the {command} header {name!r} is written by the client (it names the message, the"
+                " transaction or the receipt): it cannot be given in headers"
+            )
+        h[name] = value
+
+
 MAX_HEART_BEAT_MS = 3_600_000
 
 
@@ -416,10 +431,19 @@ class StompProtocol:
         content_type: Optional[str] = None,
         receipt: bool = False,
         transaction: Optional[str] = None,
+        content_length: bool = True,
     ) -> Tuple[bytes, Optional[str]]:
-        """A SEND frame; returns ``(bytes, receipt_id or None)``."""
+        """A SEND frame; returns ``(bytes, receipt_id or None)``.
+
+        ``content_length=False``: no ``content-length`` header, so that ActiveMQ and
+        Artemis deliver a JMS TextMessage (they make a BytesMessage of a SEND that
+        has one). The frame then ends at the first NUL: a body holding one, or a
+        ``content-length`` in ``headers``, raises LocalProtocolError.
+        """
         if "SEND" not in self._allowed:
             self._check("SEND")
+        if not content_length:
+            return self._send_without_length(destination, body, headers, content_type, receipt, transaction)
         if not headers and transaction is None:
             # The common SEND: its head is encoded once per destination and content
             # type; the same bytes encode_frame would build, in the same order
@@ -446,6 +470,14 @@ class StompProtocol:
                     self._length_line = b"content-length:%d\n\n" % n
                 return b"".join((head, self._length_line, body, b"\0")), receipt_id
             return head + b"\n\0", receipt_id
+        h, receipt_id = self._send_headers(destination, headers, content_type, receipt, transaction)
+        return self._encode("SEND", h, body), receipt_id
+
+    def _send_headers(
+        self, destination: str, headers: Optional[Mapping[str, Any]], content_type: Optional[str], receipt: bool,
+        transaction: Optional[str],
+    ) -> Tuple[Dict[str, Any], Optional[str]]:
+        """The headers of a SEND (ours first, then the caller's, then Artemis routing) and its receipt id."""
         check_destination(destination)
         h: Dict[str, Any] = {"destination": destination}
         if content_type is not None:
@@ -455,7 +487,25 @@ class StompProtocol:
             h["transaction"] = transaction
         receipt_id = self._finish(h, receipt, headers)
         self._add_routing(h, "destination-type", destination)
-        return self._encode("SEND", h, body), receipt_id
+        return h, receipt_id
+
+    def _send_without_length(
+        self, destination: str, body: bytes, headers: Optional[Mapping[str, Any]], content_type: Optional[str],
+        receipt: bool, transaction: Optional[str],
+    ) -> Tuple[bytes, Optional[str]]:
+        """The SEND of :meth:`send` with ``content_length=False``: the head encoded alone, then the body."""
+        nul = body.find(b"\0")
+        if nul >= 0:
+            raise LocalProtocolError(
+                f"the body holds a NUL byte (at offset {nul}): without content-length the frame would end"
+                " there; send it with content_length=True (a BytesMessage on ActiveMQ and Artemis)"
+            )
+        if headers and any(name.lower() == "content-length" for name in headers if isinstance(name, str)):
+            raise LocalProtocolError("content_length=False and a content-length header contradict each other")
+        h, receipt_id = self._send_headers(destination, headers, content_type, receipt, transaction)
+        # An empty body gets no content-length from the encoder: its head is ours.
+        head = self._encode("SEND", h)
+        return b"".join((head[:-1], body, b"\0")), receipt_id
 
     def check_send(
         self, destination: str, headers: Optional[Mapping[str, Any]] = None, content_type: Optional[str] = None
@@ -694,21 +744,25 @@ class StompProtocol:
 
 
     def ack(
-        self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False
+        self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False,
+        headers: Optional[Mapping[str, Any]] = None,
     ) -> Tuple[bytes, Optional[str]]:
         """An ACK frame for ``message`` (header names per version); returns ``(bytes, receipt_id)``.
 
         STOMP 1.2: "The ACK frame MUST include an id header matching the ack header
         of the MESSAGE being acknowledged"; 1.1: message-id and subscription; 1.0:
-        message-id.
+        message-id. ``headers``: extra headers for the broker (see :meth:`nack`).
         """
         if "ACK" not in self._allowed:
             self._check("ACK")
         h = self.ack_headers("ACK", message, transaction)
-        # After every refusal: a refused ACK leaves it unsettled
-        message.claim_settle("ACK")
+        if headers:
+            _add_settle_headers("ACK", h, headers)
         receipt_id = self._finish(h, receipt)
-        return self._encode("ACK", h), receipt_id
+        data = self._encode("ACK", h)
+        # After every refusal (the encoder's too): a refused ACK leaves it unsettled
+        message.claim_settle("ACK")
+        return data, receipt_id
 
     def ack_plain(self, message: Message) -> bytes:
         """The hot ACK: no transaction, no receipt. The same bytes and refusals as ``ack(message)[0]``.
@@ -740,16 +794,26 @@ class StompProtocol:
         return self._encode("ACK", h)
 
     def nack(
-        self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False
+        self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False,
+        headers: Optional[Mapping[str, Any]] = None,
     ) -> Tuple[bytes, Optional[str]]:
-        """A NACK frame for ``message`` (STOMP 1.1+); returns ``(bytes, receipt_id)``."""
+        """A NACK frame for ``message`` (STOMP 1.1+); returns ``(bytes, receipt_id)``.
+
+        ``headers``: extra headers the broker reads, e.g. RabbitMQ's
+        ``{"requeue": "false"}`` (dead-letter the message instead of redelivering it).
+        The headers that name the message, the transaction and the receipt are the
+        client's: giving one raises LocalProtocolError.
+        """
         self._check("NACK")
         if self.version == "1.0":
             raise LocalProtocolError("NACK does not exist in STOMP 1.0; this session is 1.0")
         h = self.ack_headers("NACK", message, transaction)
-        message.claim_settle("NACK")
+        if headers:
+            _add_settle_headers("NACK", h, headers)
         receipt_id = self._finish(h, receipt)
-        return self._encode("NACK", h), receipt_id
+        data = self._encode("NACK", h)
+        message.claim_settle("NACK")
+        return data, receipt_id
 
     def _check_transaction(self, transaction: str) -> None:
         if transaction not in self._transactions:

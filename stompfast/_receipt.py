@@ -1,14 +1,19 @@
-"""Receipt: a frame's confirmation from the broker, awaited by any number of tasks or called back."""
+"""Receipt: a frame's confirmation from the broker, awaited by any number of tasks or called back.
+
+Also :class:`ReceiptRegistry`, one connection's pending receipts.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional
+import threading
+from time import monotonic
+from typing import Any, Callable, Dict, List, Optional
 
 import anyio
 
 from ._common import copy_error
 
-__all__ = ["PendingReceipt", "Receipt"]
+__all__ = ["PendingReceipt", "Receipt", "ReceiptRegistry"]
 
 
 class Receipt:
@@ -127,3 +132,49 @@ class PendingReceipt(Receipt):
         if not self._done:
             self._error = error
             self.resolve()
+
+
+class ReceiptRegistry:
+    """One connection's pending receipts: registered as frames are sent, failed together when it ends.
+
+    Built with each connection (a receipt outlives nothing: a new connection
+    starts empty) and owned by the client meanwhile; the connection's inbox
+    resolves and pops receipts from :attr:`pending` directly, which stays a
+    plain dict for that hot path. ``lock`` is the client's registry lock: the
+    blocking client's threads add to :attr:`pending` under it
+    (``send_from_thread``), so :meth:`fail` takes it too.
+    """
+
+    __slots__ = ("pending", "lock", "loop")
+
+    def __init__(self, lock: threading.Lock, loop: Any = None) -> None:
+        #: receipt id -> the receipt awaiting it
+        self.pending: Dict[str, PendingReceipt] = {}
+        self.lock = lock
+        # the asyncio loop (None on trio): receipts wait on its futures
+        self.loop = loop
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+    def register(self, receipt_id: str, refused: Optional[BaseException] = None) -> PendingReceipt:
+        """A pending receipt for ``receipt_id``; failed at once with ``refused`` (then not kept) if given."""
+        receipt = PendingReceipt(receipt_id, self.loop, monotonic())
+        if refused is not None:
+            receipt.reject(refused)
+        else:
+            self.pending[receipt_id] = receipt
+        return receipt
+
+    def fail(self, error: BaseException) -> int:
+        """Fail every pending receipt with ``error``, forget them, and return how many there were.
+
+        Under the lock: a thread registering a receipt must not land between the
+        snapshot and the clear, nor change the dict while it is iterated.
+        """
+        with self.lock:
+            receipts = list(self.pending.values())
+            self.pending.clear()
+        for receipt in receipts:
+            receipt.reject(error)
+        return len(receipts)

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._inbox import Inbox
+    from ._outbox import Outbox
     from ._subscription import Inlet
 
 __all__ = ["ClientStats", "Counters", "RttHistogram", "RttSummary", "merge_summaries"]
@@ -44,7 +46,8 @@ class RttHistogram:
     __slots__ = ("counts", "total")
 
     def __init__(self) -> None:
-        self.counts: List[int] = [0] * (len(RTT_BOUNDS) + 1)  # the last: above the largest bound
+        # The last: above the largest bound
+        self.counts: List[int] = [0] * (len(RTT_BOUNDS) + 1)
         self.total = 0.0
 
     @property
@@ -53,7 +56,8 @@ class RttHistogram:
 
     def record(self, seconds: float) -> None:
         """One round trip (one C-level bisection: this runs once per RECEIPT)."""
-        self.counts[bisect_left(RTT_BOUNDS, seconds)] += 1  # the first bucket whose bound is >= seconds
+        # The first bucket whose bound is >= seconds
+        self.counts[bisect_left(RTT_BOUNDS, seconds)] += 1
         self.total += seconds
 
     def summary(self) -> "RttSummary":
@@ -174,7 +178,7 @@ class ClientStats:
     connection_losses: int = 0
     #: sessions re-established after a loss
     reconnects: int = 0
-    #: frames queued by a lost link and never written
+    #: frames queued and never written: a connection ended (lost, failed, closed) first
     frames_dropped: int = 0
     #: bytes queued to be written now
     bytes_queued: int = 0
@@ -184,6 +188,8 @@ class ClientStats:
     buffered: Mapping[str, int] = field(default_factory=dict)
     #: receipt round trips
     receipt_rtt: RttSummary = field(default_factory=RttSummary)
+    #: replies to ``request()`` that came after their request had timed out (dropped)
+    late_replies: int = 0
 
     def as_dict(self) -> Dict[str, object]:
         """Plain values (for JSON): the histogram as :meth:`RttSummary.as_dict` writes it (seconds)."""
@@ -195,78 +201,117 @@ class ClientStats:
 
 
 class Counters:
-    """The counters of AsyncClient (a part of it, like the others: see docs/architecture.md).
+    """The counters of one AsyncClient, across its connections: what :meth:`snapshot` turns into a ClientStats.
 
-    Every part increments the counters of what it does (declared here, owned here);
-    :meth:`stats` turns them into a :class:`ClientStats`. The loop increments them;
-    a blocking client's thread writing a SEND itself (``send_from_thread``) has
-    counters of its own (``_n_thread_*``), under the registry lock.
+    The client and its session operations count what they do here (ACK/NACK,
+    control frames, CONNECTs, losses, reconnects...). The outbox and the inbox of
+    the current connection count what they do on themselves (writes, drops,
+    heart-beats; reads, receipts, ERRORs); that joins these totals when the
+    connection is replaced (:meth:`add_link`). The event loop increments them; a
+    blocking client's thread writing a SEND itself (``send_from_thread``) has
+    counters of its own (``thread_sends``, ``thread_bytes``), under the client's
+    registry lock, which :meth:`snapshot`'s caller holds too.
     """
 
-    _n_frames_in: int
-    _n_bytes_in: int
-    _n_bytes_out: int
-    _n_entries_written: int  # outbox entries written (a frame each; heart-beat EOLs too)
-    _n_entries_dropped: int  # outbox entries dropped with a lost link (heart-beats too)
-    _n_frames_dropped: int  # the same, frames only
-    _n_thread_sends: int
-    _n_thread_bytes: int
-    _n_connects: int
-    _n_heartbeats: int
-    _n_acks: int
-    _n_nacks: int
-    _n_control: int  # SUBSCRIBE, UNSUBSCRIBE, BEGIN, COMMIT, ABORT, DISCONNECT, flush probes: not SENDs
-    _n_extra_frames: int  # entries holding a second frame (the flush probe's ABORT)
-    _n_received_gone: int  # messages of subscriptions that are gone, and for unknown subscriptions
-    _n_receipts_ok: int
-    _n_receipts_failed: int
-    _n_errors: int
-    _n_losses: int
-    _rtt: RttHistogram
-    # reads
-    _out: List[bytes]
-    _out_bytes: int
-    _receipts: Dict[str, Any]
-    _subs: Dict[str, "Inlet"]
-    reconnects: int
+    __slots__ = (
+        "frames_in", "bytes_in", "bytes_out", "entries_written", "entries_dropped", "frames_dropped",
+        "thread_sends", "thread_bytes", "connects", "heartbeats", "acks", "nacks", "control", "extra_frames",
+        "received_gone", "receipts_ok", "receipts_failed", "errors", "losses", "reconnects", "rtt",
+    )
 
-    def _init_counters(self) -> None:
-        self._n_frames_in = self._n_bytes_in = self._n_bytes_out = 0
-        self._n_entries_written = self._n_entries_dropped = self._n_frames_dropped = 0
-        self._n_thread_sends = self._n_thread_bytes = self._n_connects = self._n_heartbeats = 0
-        self._n_acks = self._n_nacks = self._n_control = self._n_extra_frames = self._n_received_gone = 0
-        self._n_receipts_ok = self._n_receipts_failed = self._n_errors = self._n_losses = 0
-        self._rtt = RttHistogram()
+    def __init__(self) -> None:
+        self.frames_in = 0
+        self.bytes_in = 0
+        self.bytes_out = 0
+        # outbox entries written (a frame each; heart-beat EOLs too)
+        self.entries_written = 0
+        # outbox entries dropped with a lost link (heart-beats too)
+        self.entries_dropped = 0
+        # the same, frames only
+        self.frames_dropped = 0
+        self.thread_sends = 0
+        self.thread_bytes = 0
+        self.connects = 0
+        self.heartbeats = 0
+        self.acks = 0
+        self.nacks = 0
+        # SUBSCRIBE, UNSUBSCRIBE, BEGIN, COMMIT, ABORT, DISCONNECT, flush probes: not SENDs
+        self.control = 0
+        # entries holding a second frame (the flush probe's ABORT)
+        self.extra_frames = 0
+        # messages of subscriptions that are gone, and for unknown subscriptions
+        self.received_gone = 0
+        self.receipts_ok = 0
+        self.receipts_failed = 0
+        self.errors = 0
+        self.losses = 0
+        self.reconnects = 0
+        self.rtt = RttHistogram()
 
-    def stats(self) -> ClientStats:
-        """A snapshot of this client's counters and gauges (from any thread): see :class:`ClientStats`.
+    def add_link(self, outbox: "Outbox", inbox: "Inbox") -> None:
+        """A connection's outbox and inbox are replaced: what they counted joins the totals.
 
-        Cheap enough to call every second; the counters cost the client next to
-        nothing (docs/observability.md).
+        (Under the client's registry lock, which :meth:`snapshot`'s caller takes too:
+        a snapshot sees every count once.)
         """
-        out = list(self._out)
+        self.entries_written += outbox.entries_written
+        self.bytes_out += outbox.bytes_out
+        self.entries_dropped += outbox.entries_dropped
+        self.frames_dropped += outbox.frames_dropped
+        self.heartbeats += outbox.heartbeats
+        self.frames_in += inbox.frames_in
+        self.bytes_in += inbox.bytes_in
+        self.received_gone += inbox.received_gone
+        self.receipts_ok += inbox.receipts_ok
+        self.receipts_failed += inbox.receipts_failed
+        self.errors += inbox.errors
+
+    def snapshot(
+        self, outbox: "Outbox", inbox: "Inbox", receipts_pending: int, subs: Iterable["Inlet"], lock: Any,
+        late_replies: int = 0,
+    ) -> ClientStats:
+        """These totals plus what the current connection's ``outbox`` and ``inbox`` counted, as a ClientStats.
+
+        ``lock`` is the client's registry lock: the link installs a new outbox and
+        adds the old one's counts under it.
+        """
+        with lock:
+            out = list(outbox.out)
+            out_bytes = outbox.out_bytes
+            written = self.entries_written + outbox.entries_written
+            bytes_out = self.bytes_out + outbox.bytes_out + self.thread_bytes
+            entries_dropped = self.entries_dropped + outbox.entries_dropped
+            frames_dropped = self.frames_dropped + outbox.frames_dropped
+            heartbeats = self.heartbeats + outbox.heartbeats
+            thread_sends = self.thread_sends
+            frames_in = self.frames_in + inbox.frames_in
+            bytes_in = self.bytes_in + inbox.bytes_in
+            received_gone = self.received_gone + inbox.received_gone
+            receipts_ok = self.receipts_ok + inbox.receipts_ok
+            receipts_failed = self.receipts_failed + inbox.receipts_failed
+            errors = self.errors + inbox.errors
         heartbeats_queued = out.count(b"\n")
-        entries = self._n_entries_written + self._n_entries_dropped + len(out) + self._n_thread_sends
-        heartbeats_written = self._n_heartbeats - heartbeats_queued - (self._n_entries_dropped - self._n_frames_dropped)
-        subs = list(self._subs.values())
+        entries = written + entries_dropped + len(out) + thread_sends
+        heartbeats_written = heartbeats - heartbeats_queued - (entries_dropped - frames_dropped)
+        inlets = list(subs)
         return ClientStats(
-            frames_in=self._n_frames_in,
-            bytes_in=self._n_bytes_in,
-            frames_out=(self._n_entries_written + self._n_thread_sends - heartbeats_written + self._n_connects
-                        + self._n_extra_frames),
-            bytes_out=self._n_bytes_out + self._n_thread_bytes,
-            messages_sent=entries - self._n_acks - self._n_nacks - self._n_control - self._n_heartbeats,
-            messages_received=self._n_received_gone + sum(sub.seq for sub in subs),
-            acks=self._n_acks,
-            nacks=self._n_nacks,
-            receipts_confirmed=self._n_receipts_ok,
-            receipts_failed=self._n_receipts_failed,
-            errors=self._n_errors,
-            connection_losses=self._n_losses,
+            frames_in=frames_in,
+            bytes_in=bytes_in,
+            frames_out=written + thread_sends - heartbeats_written + self.connects + self.extra_frames,
+            bytes_out=bytes_out,
+            messages_sent=entries - self.acks - self.nacks - self.control - heartbeats,
+            messages_received=received_gone + sum(sub.seq for sub in inlets),
+            acks=self.acks,
+            nacks=self.nacks,
+            receipts_confirmed=receipts_ok,
+            receipts_failed=receipts_failed,
+            errors=errors,
+            connection_losses=self.losses,
             reconnects=self.reconnects,
-            frames_dropped=self._n_frames_dropped,
-            bytes_queued=self._out_bytes,
-            receipts_pending=len(self._receipts),
-            buffered={sub.id: len(sub.messages) for sub in subs if sub.id is not None},
-            receipt_rtt=self._rtt.summary(),
+            frames_dropped=frames_dropped,
+            bytes_queued=out_bytes,
+            receipts_pending=receipts_pending,
+            buffered={sub.id: len(sub.messages) for sub in inlets if sub.id is not None},
+            receipt_rtt=self.rtt.summary(),
+            late_replies=late_replies,
         )

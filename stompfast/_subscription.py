@@ -27,7 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any, Awaitable, Callable, Deque, Dict, List, Optional
+from typing import Any, Awaitable, Callable, Deque, Dict, Iterable, List, Mapping, Optional
 
 import anyio
 
@@ -35,8 +35,10 @@ from ._common import copy_error
 from ._protocol import PREFETCH_HEADERS, Message
 from .errors import ClientClosedError, ConfigurationError
 
-__all__ = ["AsyncSubscription", "DEFAULT_BUFFER_SIZE", "Inlet", "LiveSession", "LOOP_CHECK_INTERVAL", "SubscriptionOps",
-           "ThreadHandoff", "WaitTimeout"]
+__all__ = [
+    "AsyncSubscription", "DEFAULT_BUFFER_SIZE", "Inlet", "LiveSession", "LOOP_CHECK_INTERVAL", "SubscriptionOps",
+    "DirectDelivery", "ThreadHandoff", "WaitTimeout", "drop_unacked",
+]
 
 #: Messages a subscription buffers before the reader stops reading.
 DEFAULT_BUFFER_SIZE = 1000
@@ -55,10 +57,12 @@ class Inlet:
     """
 
     __slots__ = ("destination", "ack_mode", "headers", "id", "wants_receipt", "buffer_size", "pause_at", "prefetch",
-                 "messages", "ready", "space", "closed", "error", "seq", "owner", "confirming", "durable")
+                 "messages", "ready", "space", "closed", "error", "seq", "owner", "confirming", "durable",
+                 "implicit")
 
     def __init__(self, owner: Any, destination: str, ack: str, headers: Optional[Dict[str, Any]],
-                 buffer_size: int, receipt: bool, id: Optional[str], durable: Optional[str] = None) -> None:
+                 buffer_size: int, receipt: bool, id: Optional[str], durable: Optional[str] = None,
+                 implicit: bool = False) -> None:
         if type(buffer_size) is not int or buffer_size < 1:
             raise ConfigurationError(f"buffer_size must be a positive int, not {buffer_size!r}")
         #: the AsyncSubscription whose messages these are (``message.ack()`` goes there)
@@ -84,6 +88,9 @@ class Inlet:
         self.id: Optional[str] = id
         #: the durable subscription's name (the session writes the headers its broker reads), or None
         self.durable = durable
+        #: the broker subscribes it by itself (RabbitMQ's /temp-queue/ replies): the client
+        #: never sends SUBSCRIBE or UNSUBSCRIBE for it, its id is its destination
+        self.implicit = implicit
         self.messages: Deque[Message] = deque()
         #: set() when a message arrives or the subscription closes (an anyio.Event, or a ThreadHandoff)
         self.ready: Any = anyio.Event()
@@ -116,6 +123,21 @@ class Inlet:
             self.space = None
 
 
+def drop_unacked(inlets: Iterable[Inlet]) -> int:
+    """A connection was lost: drop what client-ack subscriptions buffered; return how many messages that was.
+
+    The broker redelivers those messages, and acking them on a new session
+    would be wrong. Every inlet also forgets the lost reader's wake-up.
+    """
+    dropped = 0
+    for sub in inlets:
+        if sub.ack_mode != "auto" and sub.messages:
+            dropped += len(sub.messages)
+            sub.messages.clear()
+        sub.space = None
+    return dropped
+
+
 class LiveSession:
     """The session of the link that is up (``protocol``), or None while no link is: shared by a client's inlets.
 
@@ -139,7 +161,7 @@ class SubscriptionOps:
         self,
         subscribe: Callable[[Inlet], Awaitable[None]],
         unsubscribe: Callable[[Inlet, bool], Awaitable[None]],
-        ack: Callable[[str, Message, Optional[str], bool], Awaitable[None]],
+        ack: Callable[[str, Message, Optional[str], bool, Optional[Mapping[str, Any]]], Awaitable[None]],
         queue_ack: Callable[[Message], bool],
         check_ack: Callable[[Message, Inlet], None],
         live: LiveSession,
@@ -183,12 +205,13 @@ class AsyncSubscription:
         receipt: bool,
         id: Optional[str],
         durable: Optional[str] = None,
+        implicit: bool = False,
     ) -> None:
         self._ops = ops
         # Bound once: the per-ack call skips a hop
         self._queue_ack = ops.queue_ack
         self._live = ops.live
-        inlet = self._inlet = Inlet(self, destination, ack, headers, buffer_size, receipt, id, durable)
+        inlet = self._inlet = Inlet(self, destination, ack, headers, buffer_size, receipt, id, durable, implicit)
         # The same deque: the hot paths skip a hop
         self._buffer = inlet.messages
         self._pause_at = inlet.pause_at
@@ -256,6 +279,43 @@ class AsyncSubscription:
             inlet.space = None
         return message
 
+    def next_buffered(self) -> Optional[Message]:
+        """The next buffered message, or None when none is buffered; never waits.
+
+        For a loop that takes what is there and waits by other means otherwise
+        (``consume``'s workers): a coroutine per message costs more than the message.
+        """
+        buffer = self._buffer
+        if not buffer:
+            return None
+        message = buffer.popleft()
+        inlet = self._inlet
+        if inlet.space is not None and len(buffer) < self._pause_at:
+            inlet.space.set()
+            inlet.space = None
+        return message
+
+    async def wait_buffered(self) -> None:
+        """Return once a message is buffered, or :meth:`wake` was called; waits no longer than that.
+
+        With :meth:`next_buffered`, a loop that takes messages and can be told
+        to stop while it waits (``consume``'s workers) without a cancel scope per
+        wait. Raises as :meth:`receive` does once the subscription is closed and
+        its buffer is empty.
+        """
+        if self._buffer:
+            return
+        inlet = self._inlet
+        if inlet.closed:
+            self._raise_closed()
+        if inlet.ready.is_set():
+            inlet.ready = anyio.Event()
+        await inlet.ready.wait()
+
+    def wake(self) -> None:
+        """Wake every task waiting in :meth:`wait_buffered` (a waiting :meth:`receive` waits on)."""
+        self._inlet.ready.set()
+
     async def receive_batch(self, max_messages: int = 100) -> List[Message]:
         """Up to ``max_messages`` buffered messages; waits until there is at least one."""
         if not self._buffer:
@@ -314,22 +374,26 @@ class AsyncSubscription:
 
     # -- ack / nack (Message.ack and Message.nack land here) -----------------------
 
-    async def ack_message(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False) -> None:
+    async def ack_message(
+        self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False,
+        headers: Optional[Mapping[str, Any]] = None,
+    ) -> None:
         """Acknowledge ``message``; in ``client`` mode this covers every earlier message too.
 
         STOMP: with ack mode client, "the ACK is cumulative"; acknowledging a
         message that an acknowledgement of a later one already covered is a no-op.
+        ``headers``: extra ACK headers for the broker.
         """
         client_mode = self.ack_mode == "client"
         if client_mode and message.seq <= self._acked:
             return
-        if not receipt and transaction is None and self._queue_ack(message):
+        if not receipt and transaction is None and not headers and self._queue_ack(message):
             if client_mode:
                 self._acked = message.seq
             return
         # Covered only once it was sent: a refused ACK (a stale message, a transaction
         # the broker does not honour) must not make a later ACK of the message a no-op.
-        await self._ops.ack("ACK", message, transaction, receipt)
+        await self._ops.ack("ACK", message, transaction, receipt, headers)
         if client_mode and message.seq > self._acked:
             self._acked = message.seq
 
@@ -352,12 +416,20 @@ class AsyncSubscription:
             return True
         return self._queue_ack(message)
 
-    async def nack_message(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False) -> None:
-        """Refuse ``message`` (the broker redelivers or dead-letters it); cumulative in ``client`` mode."""
+    async def nack_message(
+        self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False,
+        headers: Optional[Mapping[str, Any]] = None,
+    ) -> None:
+        """Refuse ``message`` (the broker redelivers or dead-letters it); cumulative in ``client`` mode.
+
+        ``headers``: extra NACK headers for the broker, e.g. RabbitMQ's ``{"requeue": "false"}``
+        to dead-letter the message (or drop it, without a dead-letter exchange) instead of
+        redelivering it.
+        """
         client_mode = self.ack_mode == "client"
         if client_mode and message.seq <= self._acked:
             return
-        await self._ops.ack("NACK", message, transaction, receipt)
+        await self._ops.ack("NACK", message, transaction, receipt, headers)
         if client_mode and message.seq > self._acked:
             self._acked = message.seq
 
@@ -396,9 +468,50 @@ class AsyncSubscription:
         self._inlet.ready = handoff
         return handoff
 
+    def deliver_to(
+        self, deliver: Callable[[Message], Any], ended: Callable[[Optional[BaseException]], Any]
+    ) -> None:
+        """Hand this subscription's messages to ``deliver(message)`` in the reader, as they arrive.
+
+        No task takes them and nothing is buffered: the reader calls ``deliver``
+        for each message of a read, then ``ended(error)`` once the subscription
+        is closed (``error`` is None for a plain close). ``receive`` and
+        iteration are no longer used. For a consumer whose every step is quick
+        and synchronous (the reply channel matching replies to requests): a
+        task in between would add a wake-up per message.
+        """
+        self._inlet.ready = DirectDelivery(self._inlet, deliver, ended)
+
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self._buffer)} buffered"
         return f"<AsyncSubscription {self.id!r} to {self.destination!r} ack={self.ack_mode} {state}>"
+
+
+class DirectDelivery:
+    """Stands in for an inlet's ``ready`` event: the reader's ``set()`` delivers what it buffered, at once.
+
+    See :meth:`AsyncSubscription.deliver_to`.
+    """
+
+    __slots__ = ("_inlet", "_deliver", "_ended")
+
+    def __init__(
+        self, inlet: Inlet, deliver: Callable[[Message], Any], ended: Callable[[Optional[BaseException]], Any]
+    ) -> None:
+        self._inlet = inlet
+        self._deliver = deliver
+        self._ended = ended
+
+    def set(self) -> None:
+        """(The reader, in the loop.) Messages arrived or the subscription closed."""
+        messages, deliver = self._inlet.messages, self._deliver
+        while messages:
+            deliver(messages.popleft())
+        if self._inlet.closed:
+            self._ended(self._inlet.error)
+
+    def is_set(self) -> bool:
+        return False
 
 
 #: How often a thread waiting on the loop (a ThreadHandoff, the blocking client) checks that the loop still runs.
@@ -470,6 +583,16 @@ class ThreadHandoff:
             if waited is None:
                 return None
             message = waited
+        if self._sub.space is not None:
+            self._reader_may_resume()
+        return message
+
+    def take_buffered(self) -> Optional[Message]:
+        """The next buffered message, or None when none is buffered (no wait, no failure raised)."""
+        try:
+            message = self._buffer.popleft()
+        except IndexError:
+            return None
         if self._sub.space is not None:
             self._reader_may_resume()
         return message

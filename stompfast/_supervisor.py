@@ -1,34 +1,33 @@
 """The reconnect supervisor of :class:`~stompfast.AsyncClient`: try the broker list, re-establish lost sessions.
 
-``_establish`` tries each broker of the list until one answers CONNECTED, per
-the :class:`~stompfast.ReconnectPolicy` (attempt limits, backoff with jitter).
-When a link fails with a retryable error, ``_link_down`` cleans up what
-belonged to it (pending receipts fail, unwritten frames and client-ack buffers
-are dropped, transactions are told) and wakes ``_supervise``, which waits the
-backoff and establishes a new link; sends wait meanwhile (``_ensure_open``).
-Every step is reported through ``on_event`` and the ``stompfast.client`` /
-``stompfast.reconnect`` loggers.
+:meth:`Supervisor.establish` tries each broker of the list until one answers
+CONNECTED, per the :class:`~stompfast.ReconnectPolicy` (attempt limits, backoff
+with jitter). When the client's link fails with a retryable error, the client
+closes it and hands what was lost to :meth:`Supervisor.link_lost`, which wakes
+:meth:`Supervisor.run`: it waits the backoff and establishes a new link; sends
+wait meanwhile (:meth:`Supervisor.wait_up`). Every step is reported through
+``on_event`` and the ``stompfast.client`` / ``stompfast.reconnect`` loggers.
 
-A mixin of the client (see docs/architecture.md).
+The supervisor owns the reconnect state (the loss it was woken for, the
+"connection is up" events, the streak of failed attempts) and acts on the
+client only through the three callables it is built with.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 import anyio
 import anyio.lowlevel
 
 from ._common import RETRYABLE, conn_log, log, reconnect_log, where
 from ._config import Endpoint
-from ._lifecycle import FAILED, OPEN, RECONNECTING, ClientState, advance
-from ._protocol import StompProtocol
+from ._link import Link, Lost
 from ._reconnect import ConnectionEvent, ReconnectPolicy
 from ._stats import Counters
-from ._subscription import Inlet, LiveSession
-from ._transport import StompTransport, describe_error
+from ._transport import describe_error
 from .errors import ClientClosedError, ConnectError
 
 __all__ = ["Supervisor"]
@@ -59,71 +58,75 @@ def log_event(kind: str, endpoint: Optional[Endpoint], protocol: Any, fields: Di
         reconnect_log.error("gave up reconnecting: %s", describe_error(error))
 
 
-class Supervisor(Counters):
-    """Connect and reconnect per the policy (a part of AsyncClient)."""
+class Supervisor:
+    """Connect and reconnect one client per its policy.
 
-    # owns
-    _policy: ReconnectPolicy
-    _on_event: Optional[Callable[[ConnectionEvent], Any]]
-    _lost: Optional[anyio.Event]
-    _lost_info: Tuple[Any, ...]
-    _up_event: Optional[anyio.Event]
-    _next_up: Optional[anyio.Event]
-    _up_since: float
-    reconnects: int
-    _link_alive: bool
-    _live: LiveSession
-    # reads
-    endpoint: Endpoint
-    endpoints: Tuple[Endpoint, ...]
-    _protocol: StompProtocol
-    _transport: Optional[StompTransport]
-    _state: ClientState
-    _error: Optional[BaseException]
-    _subs: Dict[str, Inlet]
+    Args:
+        endpoints: the brokers to try, in order.
+        policy: the client's reconnect policy.
+        on_event: the client's ``on_event`` hook (or None).
+        counters: the client's counters (``reconnects``).
+        connect: ``connect(endpoint, first)`` opens a link to ``endpoint``, makes it
+            the client's, and on a reconnect (``first`` false) re-subscribes.
+        reopened: called once a lost session is re-established; False when the
+            client began to close meanwhile (it owns the teardown then).
+        give_up: called with the last error when no attempt is left.
+    """
 
-    if TYPE_CHECKING:  # provided by the client's other parts
+    __slots__ = (
+        "endpoints", "policy", "on_event", "counters", "connect", "reopened", "give_up", "lost", "loss",
+        "up", "next_up", "up_since", "scope",
+    )
 
-        async def _open_link(self, endpoint: Endpoint, *, resubscribe: bool) -> None:
-            raise NotImplementedError
+    def __init__(
+        self,
+        endpoints: Tuple[Endpoint, ...],
+        policy: ReconnectPolicy,
+        on_event: Optional[Callable[[ConnectionEvent], Any]],
+        *,
+        counters: Counters,
+        connect: Callable[[Endpoint, bool], Awaitable[Link]],
+        reopened: Callable[[], bool],
+        give_up: Callable[[BaseException], None],
+    ) -> None:
+        self.endpoints = endpoints
+        self.policy = policy
+        self.on_event = on_event
+        self.counters = counters
+        self.connect = connect
+        self.reopened = reopened
+        self.give_up = give_up
+        # Set when the current link is lost; a new one per link.
+        self.lost: Optional[anyio.Event] = None
+        # The lost link and what it lost, for run() (None once reported).
+        self.loss: Optional[Tuple[Link, Lost]] = None
+        # Set while a link is up: senders waiting for a reconnect wait on it.
+        self.up: Optional[anyio.Event] = None
+        # Becomes ``up`` when the current link is lost.
+        self.next_up: Optional[anyio.Event] = None
+        # When the current session came up (anyio clock).
+        self.up_since = 0.0
+        # The cancel scope of run() (None when reconnecting is off or run() never started).
+        self.scope: Optional[anyio.CancelScope] = None
 
-        def _fail_receipts(self, error: BaseException) -> None:
-            raise NotImplementedError
+    def attach(self) -> None:
+        """A new link is up: its loss is news again; the next loss swaps in a fresh 'up' event."""
+        self.lost = anyio.Event()
+        self.next_up = anyio.Event()
+        if self.up is None:
+            self.up = anyio.Event()
 
-        def _stop_connection(self) -> None:
-            raise NotImplementedError
-
-        def _check_open(self) -> None:
-            raise NotImplementedError
-
-        def _drop_outbox(self) -> int:
-            raise NotImplementedError
-
-        def _drop_inbox(self) -> int:
-            raise NotImplementedError
-
-        def _lose_transactions(self, error: BaseException) -> int:
-            raise NotImplementedError
-
-    def _attach_supervisor(self) -> None:
-        """A new connection: its loss is news again; the next loss swaps in a fresh 'up' event."""
-        self._lost = anyio.Event()
-        self._next_up = anyio.Event()
-        if self._up_event is None:
-            self._up_event = anyio.Event()
-        self._link_alive = True
-        self._live.protocol = self._protocol  # acks of this session's messages may go out
-
-    def _emit(self, kind: str, endpoint: Optional[Endpoint], **fields: Any) -> None:
-        log_event(kind, endpoint, self._protocol, fields)
-        if self._on_event is None:
+    def emit(self, kind: str, endpoint: Optional[Endpoint], protocol: Any = None, **fields: Any) -> None:
+        """Report a connection event to the loggers and the ``on_event`` hook (what the hook raises is logged)."""
+        log_event(kind, endpoint, protocol, fields)
+        if self.on_event is None:
             return
         try:
-            self._on_event(ConnectionEvent(kind, endpoint.url if endpoint is not None else None, **fields))
+            self.on_event(ConnectionEvent(kind, endpoint.url if endpoint is not None else None, **fields))
         except Exception:
             log.exception("stompfast: the on_event hook raised (ignored)")
 
-    async def _establish(self, *, first: bool, streak: int = 0) -> int:
+    async def establish(self, *, first: bool, streak: int = 0) -> int:
         """Try the broker list until one answers CONNECTED, per the reconnect policy.
 
         ``streak`` counts the failures before this call that the backoff goes on
@@ -131,7 +134,7 @@ class Supervisor(Counters):
         only this call's own failures count toward the attempt limit. Returns
         the streak when a broker answered: ``streak`` plus this call's failures.
         """
-        policy = self._policy
+        policy = self.policy
         limit = policy.connect_attempts if first else policy.max_attempts
         failed = 0
         while True:
@@ -140,15 +143,15 @@ class Supervisor(Counters):
                 random.shuffle(endpoints)
             errors: List[Tuple[Endpoint, BaseException]] = []
             for endpoint in endpoints:
-                self._emit("connecting", endpoint, attempt=failed + 1)
+                self.emit("connecting", endpoint, attempt=failed + 1)
                 try:
-                    await self._open_link(endpoint, resubscribe=not first)
+                    link = await self.connect(endpoint, first)
                 except RETRYABLE as exc:
                     errors.append((endpoint, exc))
-                    self._emit("connect_failed", endpoint, attempt=failed + 1, error=exc)
+                    self.emit("connect_failed", endpoint, attempt=failed + 1, error=exc)
                     continue
-                self._up_since = anyio.current_time()
-                self._emit("connected", endpoint, attempt=failed + 1, reconnected=not first)
+                self.up_since = anyio.current_time()
+                self.emit("connected", endpoint, link.protocol, attempt=failed + 1, reconnected=not first)
                 return streak + failed
             failed += 1
             if limit is not None and failed >= limit:
@@ -156,105 +159,91 @@ class Supervisor(Counters):
                     raise errors[0][1]
                 summary = "; ".join(f"{ep.url}: {exc}" for ep, exc in errors)
                 raise ConnectError(f"no broker of {len(errors)} could be used: {summary}") from errors[-1][1]
-            delay = policy.delay(failed if first else streak + failed + 1)  # the supervisor slept delay(streak + 1)
-            self._emit("reconnecting", None, attempt=failed + 1, delay=delay, error=errors[-1][1])
+            # run() slept delay(streak + 1) before this call
+            delay = policy.delay(failed if first else streak + failed + 1)
+            self.emit("reconnecting", None, attempt=failed + 1, delay=delay, error=errors[-1][1])
             await anyio.sleep(delay)
 
-    def _link_down(self, error: BaseException) -> None:
-        """The current connection failed but the client goes on: clean up, wake the supervisor.
+    def link_lost(self, link: Link, lost: Lost, *, was_up: bool) -> None:
+        """``link`` failed and was closed, having lost ``lost``: wake :meth:`run` to re-establish it.
 
-        Pending receipts fail with ``error`` (never re-sent); queued frames that were
-        never written are dropped; buffered messages of client-ack subscriptions
-        are discarded (the broker redelivers them, and acking them on a new
-        session would be wrong); open transactions are aborted and told.
+        ``was_up``: the client was open (not confirming a reconnect already), so
+        senders wait from now on for the next link.
         """
-        if not self._link_alive:
-            return
-        self._link_alive = False
-        self._live.protocol = None
-        self._n_losses += 1
-        if self._state is OPEN:
-            self._state = advance(self._state, RECONNECTING)
-            self._up_event = self._next_up
-        self._fail_receipts(error)
-        dropped_frames = self._drop_outbox()
-        self._stop_connection()
-        self._protocol.connection_lost()
-        dropped_messages = self._drop_inbox()
-        aborted = self._lose_transactions(error)
-        self._lost_info = (error, dropped_frames, dropped_messages, aborted)
-        if self._lost is not None:
-            self._lost.set()
+        if was_up:
+            self.up = self.next_up
+        self.loss = (link, lost)
+        if self.lost is not None:
+            self.lost.set()
 
-    async def _supervise(self) -> None:
-        """Wait for the connection to fail; re-establish it; repeat (runs while the client is open)."""
-        streak = 0  # failed attempts in a row, sessions shorter than stable_after included
+    async def run(self) -> None:
+        """Wait for the link to fail; re-establish it; repeat (runs while the client is open)."""
+        # failed attempts in a row, sessions shorter than stable_after included
+        streak = 0
         while True:
-            lost = self._lost
+            lost = self.lost
             assert lost is not None
             await lost.wait()
-            error, dropped_frames, dropped_messages, aborted = self._lost_info
-            self._lost_info = ()
-            if self._transport is not None:
-                with anyio.CancelScope(shield=True):
-                    await self._transport.aclose()
-            uptime = anyio.current_time() - self._up_since
-            self._emit(
+            assert self.loss is not None
+            link, loss = self.loss
+            self.loss = None
+            await link.aclose()
+            uptime = anyio.current_time() - self.up_since
+            self.emit(
                 "disconnected",
-                self.endpoint,
-                error=error,
-                dropped_frames=dropped_frames,
-                dropped_messages=dropped_messages,
-                aborted_transactions=aborted,
+                link.endpoint,
+                error=loss.error,
+                dropped_frames=loss.dropped_frames,
+                dropped_messages=loss.dropped_messages,
+                aborted_transactions=loss.aborted_transactions,
                 uptime=uptime,
             )
-            policy = self._policy
+            policy = self.policy
             # A session that died young is one more failed attempt for the backoff,
             # not a fresh start: a flapping broker sees the delay grow to max_delay.
             # (The first session came from connect(), not from an attempt of ours.)
-            streak = streak + 1 if uptime < policy.stable_after and self.reconnects else 0
+            streak = streak + 1 if uptime < policy.stable_after and self.counters.reconnects else 0
             delay = policy.delay(streak + 1)
-            self._emit("reconnecting", None, attempt=streak + 1, delay=delay, error=error)
-            del error  # (nothing of a lost connection is kept while the next one runs)
+            self.emit("reconnecting", None, attempt=streak + 1, delay=delay, error=loss.error)
+            # Nothing of a lost connection is kept while the next one runs.
+            del link, loss
             await anyio.sleep(delay)
             try:
-                streak = await self._establish(first=False, streak=streak)
+                streak = await self.establish(first=False, streak=streak)
             except ClientClosedError:
-                return  # closed while re-establishing (e.g. waiting for the re-sent SUBSCRIBEs)
+                # closed while re-establishing (e.g. waiting for the re-sent SUBSCRIBEs)
+                return
             except RETRYABLE as exc:
-                self._emit("gave_up", None, error=exc)
-                self._give_up(exc)
+                self.emit("gave_up", None, error=exc)
+                self.give_up(exc)
+                self.stop()
                 return
-            self.reconnects += 1
-            if self._state is not RECONNECTING:
-                # aclose() began while the connection was being made: it owns the teardown now.
+            self.counters.reconnects += 1
+            if not self.reopened():
                 return
-            self._state = advance(self._state, OPEN)
-            up = self._up_event
+            up = self.up
             if up is not None:
                 up.set()
 
-    def _give_up(self, error: BaseException) -> None:
-        """No attempt left: fail the client for good with ``error``."""
-        self._error = error
-        self._state = advance(self._state, FAILED)
-        self._fail_receipts(error)
-        for sub in self._subs.values():
-            sub.close(error)
-        if self._up_event is not None:
-            self._up_event.set()
+    def start(self, tg: Any) -> None:
+        """Run :meth:`run` in ``tg`` under a cancel scope of its own (:meth:`stop` cancels it)."""
+        scope = self.scope = anyio.CancelScope()
 
-    async def _ensure_open(self) -> None:
-        """Return when a connection is up; wait while one is being re-established.
+        async def supervise() -> None:
+            with scope:
+                await self.run()
 
-        A call refused here (the client failed or is closed) still yields to the loop
-        first: a caller retrying on the error (a loop of ``send``) cannot starve every
-        other task, the reconnect and the heart-beats included.
-        """
-        while self._state is RECONNECTING:
-            up = self._up_event
-            assert up is not None
-            await up.wait()
-        if self._state is not OPEN:
-            await anyio.lowlevel.checkpoint()
-        self._check_open()
+        tg.start_soon(supervise, name="stompfast-reconnect")
+
+    def stop(self) -> None:
+        """The client failed for good or closes: no more reconnecting, and senders waiting for a link wake."""
+        if self.scope is not None:
+            self.scope.cancel()
+        if self.up is not None:
+            self.up.set()
+
+    async def wait_up(self) -> None:
+        """Wait until the link being re-established is up (or the client failed or closed)."""
+        up = self.up
+        assert up is not None
+        await up.wait()

@@ -67,6 +67,7 @@ Modules
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import functools
 import threading
 import time
@@ -76,6 +77,7 @@ from typing import (
     Any,
     Callable,
     Iterable,
+    List,
     Literal,
     Mapping,
     Optional,
@@ -91,12 +93,16 @@ from anyio.from_thread import BlockingPortal
 
 from ._client import AsyncClient
 from ._common import copy_error
-from ._config import Endpoint
+from ._config import Endpoint, check_positive
+from ._consumer import OnError, check_consume_options
+from ._health import DrainReport, Health
 from ._options import ClientOptions, resolve as resolve_options, signature as options_signature
 from ._protocol import Message
 from ._receipt import Receipt
+from ._request import reply_to
 from ._stats import ClientStats
 from ._subscription import DEFAULT_BUFFER_SIZE
+from ._sync_consumer import Consumer, check_sync_handler
 from ._sync_loop import (
     ClientLifetime,
     Portal,
@@ -125,7 +131,14 @@ from ._sync_subscription import (
     open_subscription,
 )
 from ._sync_transaction import Transaction
-from .errors import ClientClosedError, ConfigurationError, ReceiptTimeout, StompTimeout
+from .errors import (
+    ClientClosedError,
+    ConfigurationError,
+    ReceiptTimeout,
+    RequestTimeout,
+    StompError,
+    StompTimeout,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
@@ -170,6 +183,8 @@ class Client:
         self._lock = threading.Lock()
         self._connected = False
         self._callback_workers: Set[CallbackWorker] = set()
+        # The consume()s started here (health and drain look at them).
+        self._consumers: List[Consumer] = []
         # Pipelined receipts not settled yet (loop only)
         self._outstanding: Set[ReceiptFuture] = set()
         # Sends without a receipt: queued here by the calling threads, written by one
@@ -378,21 +393,21 @@ class Client:
     def send(
         self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
         headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
-        receipt: Literal[False] = ..., wait: bool = ..., timeout: Optional[float] = ...,
+        receipt: Literal[False] = ..., wait: bool = ..., timeout: Optional[float] = ..., content_length: bool = ...,
     ) -> None: ...
 
     @overload
     def send(
         self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
         headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
-        receipt: Literal[True], wait: bool = ..., timeout: Optional[float] = ...,
+        receipt: Literal[True], wait: bool = ..., timeout: Optional[float] = ..., content_length: bool = ...,
     ) -> ReceiptFuture: ...
 
     @overload
     def send(
         self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
         headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
-        receipt: bool = ..., wait: bool = ..., timeout: Optional[float] = ...,
+        receipt: bool = ..., wait: bool = ..., timeout: Optional[float] = ..., content_length: bool = ...,
     ) -> Optional[ReceiptFuture]: ...
 
     def send(
@@ -405,12 +420,15 @@ class Client:
         receipt: bool = False,
         wait: bool = True,
         timeout: Optional[float] = None,
+        content_length: bool = True,
     ) -> Optional[ReceiptFuture]:
         """Send a message to ``destination`` (body rules as :meth:`AsyncClient.send`).
 
         Without ``receipt`` the frame is queued and the call returns. With
         ``receipt=True`` it returns a confirmed :class:`ReceiptFuture` once the
         broker confirmed the frame, or with ``wait=False`` at once, pending.
+        ``content_length=False``: as :meth:`AsyncClient.send` (a JMS TextMessage on
+        ActiveMQ and Artemis; the call returns once the frame is queued in the loop).
 
         Raises:
             ReceiptTimeout: ``receipt`` and no RECEIPT within ``timeout`` (the
@@ -419,27 +437,38 @@ class Client:
             ServerError, ConnectionLostError, LocalProtocolError: as AsyncClient.send.
         """
         timeout = check_timeout(timeout)
-        if not receipt:
+        if not receipt and content_length:
             self._outbox.queue_send(destination, body, headers, content_type, timeout)
             return None
         # Keep the order of sends made from this client
         self._outbox.wait_written(timeout)
+        if not receipt:
+            # content_length=False: the queued fast path always writes a length
+            send = functools.partial(
+                self._async.send, destination, body, headers=headers, content_type=content_type, content_length=False
+            )
+            self._loop.call(send, timeout, timeout_error(StompTimeout, "SEND not queued", timeout))
+            return None
 
         # Built only when it happens (this is the hot path)
         def on_timeout() -> BaseException:
             return ReceiptTimeout(f"no RECEIPT for the SEND to {destination!r} within {timeout:g} s", timeout=timeout)
 
         if wait:
-            confirmed = self._send_and_wait(destination, body, headers, content_type, timeout, on_timeout)
-            # It would have had to wait in the loop (reconnecting, buffer full): a task
+            confirmed = None
+            if content_length:
+                confirmed = self._send_and_wait(destination, body, headers, content_type, timeout, on_timeout)
+            # It would have had to wait in the loop (reconnecting, buffer full), or it has no length: a task
             if confirmed is None:
                 send = functools.partial(
-                    self._async.send, destination, body, headers=headers, content_type=content_type, receipt=True
+                    self._async.send, destination, body, headers=headers, content_type=content_type, receipt=True,
+                    content_length=content_length,
                 )
                 confirmed = self._loop.call(send, timeout, on_timeout)
             return confirmed_future(confirmed)
         send = functools.partial(
-            self._async.send, destination, body, headers=headers, content_type=content_type, receipt=True, wait=False
+            self._async.send, destination, body, headers=headers, content_type=content_type, receipt=True, wait=False,
+            content_length=content_length,
         )
         ready: "concurrent.futures.Future[ReceiptFuture]" = concurrent.futures.Future()
         task = self._loop.spawn(send_pipelined, send, timeout, on_timeout, ready, self._outstanding)
@@ -588,18 +617,158 @@ class Client:
             worker.start()
         return subscription
 
-    def ack(self, message: Message, *, receipt: bool = False, timeout: Optional[float] = None) -> None:
+    def consume(
+        self,
+        destination: str,
+        handler: Callable[[SyncMessage], Any],
+        *,
+        concurrency: int = 1,
+        ack: str = "client-individual",
+        on_error: OnError = "nack",
+        prefetch: Optional[int] = None,
+        headers: Optional[Mapping[str, Any]] = None,
+        id: Optional[str] = None,
+        durable: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> Consumer:
+        """Call ``handler(message)`` for every message of ``destination`` in ``concurrency`` threads.
+
+        The blocking twin of :meth:`AsyncClient.consume` (the same options and
+        settling); returns once the subscription is confirmed (within
+        ``timeout``, which also bounds each settle). ``handler`` is a plain
+        function; with ``concurrency=1`` messages are handled one at a time, in
+        order. Stop it with ``consumer.drain(timeout)`` or :meth:`drain`.
+        """
+        prefetch = check_consume_options(concurrency, prefetch, ack, on_error)
+        check_sync_handler(handler)
+        sub = self.subscribe(
+            destination, ack=ack, headers=headers, buffer_size=prefetch, id=id, durable=durable, timeout=timeout
+        )
+        consumer = Consumer(sub, handler, concurrency=concurrency, on_error=on_error, settle_timeout=timeout)
+        with self._lock:
+            self._consumers = [c for c in self._consumers if c.running]
+            self._consumers.append(consumer)
+        consumer.start()
+        return consumer
+
+    def request(
+        self,
+        destination: str,
+        body: Union[bytes, bytearray, memoryview, str] = b"",
+        *,
+        timeout: float = 30.0,
+        headers: Optional[Mapping[str, Any]] = None,
+        content_type: Optional[str] = None,
+    ) -> Message:
+        """Send a request and return the reply (see :meth:`AsyncClient.request`); any thread.
+
+        Raises RequestTimeout when no reply came within ``timeout`` seconds.
+        """
+        check_positive("timeout", timeout)
+        # Keep the order of sends made from this client
+        self._outbox.wait_written(timeout)
+        request = functools.partial(
+            self._async.request, destination, body, timeout=timeout, headers=headers, content_type=content_type
+        )
+        # The async request bounds itself; the margin covers a loop that is slow to answer.
+        reply: Message = self._loop.call(
+            request, timeout + 5.0, timeout_error(RequestTimeout, f"no reply from {destination!r}", timeout)
+        )
+        return reply
+
+    def reply(
+        self,
+        request: Message,
+        body: Union[bytes, bytearray, memoryview, str] = b"",
+        *,
+        headers: Optional[Mapping[str, Any]] = None,
+        content_type: Optional[str] = None,
+        receipt: bool = False,
+        timeout: Optional[float] = None,
+    ) -> Optional[ReceiptFuture]:
+        """Answer ``request`` at its ``reply-to`` with its ``correlation-id`` (see :meth:`AsyncClient.reply`)."""
+        destination, reply_headers = reply_to(request, headers)
+        return self.send(
+            destination, body, headers=reply_headers, content_type=content_type, receipt=receipt, timeout=timeout
+        )
+
+    def health(self, *, handler_limit: float = 60.0, timeout: Optional[float] = None) -> Health:
+        """Whether this client is really working (see :meth:`AsyncClient.health`); any thread."""
+        check_positive("handler_limit", handler_limit)
+        if self._outbox.closed:
+            return Health(
+                state="closed", connected=False, heartbeat_interval=0.0, silence=0.0, reader_paused=False,
+                handlers_running=0, handlers_wedged=0,
+            )
+        health: Health = self._loop.call(
+            lambda: self._health_in_loop(handler_limit), check_timeout(timeout),
+            timeout_error(StompTimeout, "health: the event loop did not answer", timeout),
+        )
+        with self._lock:
+            consumers = [c for c in self._consumers if c.running]
+        return dataclasses.replace(
+            health,
+            handlers_running=sum(c.stats().running for c in consumers),
+            handlers_wedged=sum(c.wedged(handler_limit) for c in consumers),
+        )
+
+    async def _health_in_loop(self, handler_limit: float) -> Health:
+        return self._async.health(handler_limit=handler_limit)
+
+    def drain(self, timeout: float = 30.0) -> DrainReport:
+        """Shut down gracefully (see :meth:`AsyncClient.drain`): finish what is in flight, close, report.
+
+        Every :meth:`consume` stops taking messages; the running handlers finish
+        and settle; the consumers' subscriptions close; the sends and receipts
+        still pending are awaited; then :meth:`close`. ``timeout`` bounds the
+        waits; what did not finish in it is counted in the report. Not from a
+        handler's thread.
+        """
+        check_positive("timeout", timeout)
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            consumers = [c for c in self._consumers if c.running]
+        for consumer in consumers:
+            consumer.stop_taking()
+        unfinished = 0
+        unhandled = 0
+        for consumer in consumers:
+            consumer.wait_stopped(max(0.0, deadline - time.monotonic()))
+        for consumer in consumers:
+            unfinished += consumer.stats().running
+            unhandled += consumer.subscription.pending
+            consumer.subscription.close()
+        unconfirmed = 0
+        if self.is_connected:
+            try:
+                self.flush(timeout=max(0.001, deadline - time.monotonic()))
+            except ReceiptTimeout:
+                unconfirmed = sum(1 for future in list(self._outstanding) if not future.done())
+            except StompError:
+                pass
+        self.close()
+        return DrainReport(
+            handlers_unfinished=unfinished, messages_unhandled=unhandled, receipts_unconfirmed=unconfirmed
+        )
+
+    def ack(
+        self, message: Message, *, receipt: bool = False, timeout: Optional[float] = None,
+        headers: Optional[Mapping[str, Any]] = None,
+    ) -> None:
         """Acknowledge ``message`` (same as ``message.ack()``)."""
         self._loop.call(
-            functools.partial(self._async.ack, message, receipt=receipt),
+            functools.partial(self._async.ack, message, receipt=receipt, headers=headers),
             check_timeout(timeout),
             timeout_error(ReceiptTimeout if receipt else StompTimeout, "ACK not confirmed", timeout),
         )
 
-    def nack(self, message: Message, *, receipt: bool = False, timeout: Optional[float] = None) -> None:
-        """Refuse ``message`` (same as ``message.nack()``; STOMP 1.1+)."""
+    def nack(
+        self, message: Message, *, receipt: bool = False, timeout: Optional[float] = None,
+        headers: Optional[Mapping[str, Any]] = None,
+    ) -> None:
+        """Refuse ``message`` (same as ``message.nack()``; STOMP 1.1+); ``headers``: extra NACK headers."""
         self._loop.call(
-            functools.partial(self._async.nack, message, receipt=receipt),
+            functools.partial(self._async.nack, message, receipt=receipt, headers=headers),
             check_timeout(timeout),
             timeout_error(ReceiptTimeout if receipt else StompTimeout, "NACK not confirmed", timeout),
         )

@@ -10,7 +10,7 @@ import functools
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import anyio
 
@@ -49,16 +49,18 @@ class SyncMessage(Message):
     __slots__ = ()
 
     def ack(  # type: ignore[override]  # the blocking twin: it returns once done, nothing to await
-        self, *, transaction: Optional[str] = None, receipt: bool = False, timeout: Optional[float] = None
+        self, *, transaction: Optional[str] = None, receipt: bool = False, timeout: Optional[float] = None,
+        headers: Optional[Mapping[str, Any]] = None,
     ) -> None:
         """Acknowledge the message (cumulative in ``client`` mode); see :meth:`Subscription.ack_message`."""
-        self.sync.ack_message(self, transaction=transaction, receipt=receipt, timeout=timeout)
+        self.sync.ack_message(self, transaction=transaction, receipt=receipt, timeout=timeout, headers=headers)
 
     def nack(  # type: ignore[override]  # the blocking twin: it returns once done, nothing to await
-        self, *, transaction: Optional[str] = None, receipt: bool = False, timeout: Optional[float] = None
+        self, *, transaction: Optional[str] = None, receipt: bool = False, timeout: Optional[float] = None,
+        headers: Optional[Mapping[str, Any]] = None,
     ) -> None:
         """Refuse the message (STOMP 1.1+); see :meth:`Subscription.nack_message`."""
-        self.sync.nack_message(self, transaction=transaction, receipt=receipt, timeout=timeout)
+        self.sync.nack_message(self, transaction=transaction, receipt=receipt, timeout=timeout, headers=headers)
 
 
 class SyncOversizedMessage(OversizedMessage, SyncMessage):
@@ -191,6 +193,21 @@ class Subscription:
         self._check_pull()
         return self._take(1, check_timeout(timeout))[0]
 
+    def next_buffered(self) -> Optional[SyncMessage]:
+        """The next buffered message, or None when none is buffered; never waits.
+
+        For a loop that takes what is there and waits by other means otherwise
+        (``consume``'s threads): :meth:`receive` then waits when this says None.
+        """
+        if self._worker is not None:
+            self._check_pull()
+        message = self._handoff.take_buffered()
+        if message is None:
+            return None
+        message.__class__ = SyncMessage if message.__class__ is Message else SyncOversizedMessage
+        message.sync = self
+        return message  # type: ignore[return-value]
+
     def receive_batch(self, max_messages: int = 100, *, timeout: Optional[float] = None) -> List[SyncMessage]:
         """Up to ``max_messages`` messages: what is buffered, waiting only for the first.
 
@@ -239,21 +256,23 @@ class Subscription:
         transaction: Optional[str] = None,
         receipt: bool = False,
         timeout: Optional[float] = None,
+        headers: Optional[Mapping[str, Any]] = None,
     ) -> None:
         """Acknowledge ``message``; in ``client`` mode this covers every earlier message too.
 
-        Without ``receipt`` or ``transaction`` the ACK is queued with the client's
-        other receipt-less frames and written by the loop in order (no wait); a
-        message from an ended connection, or an ``auto`` subscription's, is
-        refused here at once. A second ack or nack of one message raises
+        Without ``receipt``, ``transaction`` or ``headers`` the ACK is queued with
+        the client's other receipt-less frames and written by the loop in order (no
+        wait); a message from an ended connection, or an ``auto`` subscription's,
+        is refused here at once. A second ack or nack of one message raises
         :class:`~stompfast.AlreadySettledError`, before anything is sent.
+        ``headers``: extra ACK headers for the broker.
         """
-        if not receipt and transaction is None:
+        if not receipt and transaction is None and headers is None:
             self._outbox.queue_ack(self._async, message, timeout)
             return
         self._loop.call(
             functools.partial(
-                self._async.ack_message, message, transaction=transaction, receipt=receipt
+                self._async.ack_message, message, transaction=transaction, receipt=receipt, headers=headers
             ),
             check_timeout(timeout),
             timeout_error(ReceiptTimeout if receipt else StompTimeout, "ACK not confirmed", timeout),
@@ -266,11 +285,15 @@ class Subscription:
         transaction: Optional[str] = None,
         receipt: bool = False,
         timeout: Optional[float] = None,
+        headers: Optional[Mapping[str, Any]] = None,
     ) -> None:
-        """Refuse ``message`` (the broker redelivers or dead-letters it); cumulative in ``client`` mode."""
+        """Refuse ``message`` (the broker redelivers or dead-letters it); cumulative in ``client`` mode.
+
+        ``headers``: extra NACK headers for the broker, e.g. RabbitMQ's ``{"requeue": "false"}``.
+        """
         self._loop.call(
             functools.partial(
-                self._async.nack_message, message, transaction=transaction, receipt=receipt
+                self._async.nack_message, message, transaction=transaction, receipt=receipt, headers=headers
             ),
             check_timeout(timeout),
             timeout_error(ReceiptTimeout if receipt else StompTimeout, "NACK not confirmed", timeout),

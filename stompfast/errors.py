@@ -23,7 +23,8 @@ working in code that does not know about stompfast::
     │   └── AuthenticationError                ... in answer to CONNECT
     ├── StompTimeout (TimeoutError)
     │   ├── ReceiptTimeout                     no RECEIPT in time (sync facade)
-    │   └── ReceiveTimeout                     no message in time (sync facade)
+    │   ├── ReceiveTimeout                     no message in time (sync facade)
+    │   └── RequestTimeout                     no reply to request() in time
     ├── ClientClosedError (RuntimeError)       the client or subscription is closed
     ├── FlowControlError                       a full, unread subscription stopped the reader
     ├── MessageTooLargeError                   a message over max_frame_bytes was skipped unread
@@ -57,6 +58,7 @@ __all__ = [
     "ReceiptTimeout",
     "ReceiveTimeout",
     "RemoteProtocolError",
+    "RequestTimeout",
     "ServerError",
     "StaleMessageError",
     "StompConnectionError",
@@ -258,6 +260,20 @@ class ReceiptTimeout(StompTimeout):
 
 class ReceiveTimeout(StompTimeout):
     """No message arrived in time (sync facade ``timeout=``)."""
+
+
+class RequestTimeout(StompTimeout):
+    """No reply to a ``request()`` came within its ``timeout``; a reply that comes later is dropped.
+
+    Attributes:
+        destination: where the request was sent.
+        correlation_id: the request's ``correlation-id`` (what a late reply carries).
+        timeout: the seconds waited.
+    """
+
+    destination: Optional[str] = None
+    correlation_id: Optional[str] = None
+    timeout: Optional[float] = None
 
 
 class ServerError(StompError):

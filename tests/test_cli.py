@@ -787,6 +787,29 @@ def test_a_listen_stopped_by_sigterm_exits_143_with_its_summary(stomp_broker_thr
     stomp_broker_thread.wait_for_blocking(lambda: stomp_broker_thread.connections == 0)
 
 
+def test_a_listen_stopped_by_sigterm_acked_every_message_it_printed(stomp_broker_thread) -> None:
+    # listen drains on SIGTERM: the message in hand is written and acked first, so what
+    # was printed is exactly what was acked, and the rest stays on the queue
+    broker, queue = stomp_broker_thread, unique_queue()
+    for i in range(20000):
+        broker.publish(queue, b"m%d" % i)
+    proc = popen("listen", "--url", broker.url, "--ack", "client-individual", queue)
+    assert proc.stdout is not None and proc.stderr is not None
+    for _ in range(100):
+        proc.stdout.readline()
+    proc.send_signal(signal.SIGTERM)
+    # (read through the same buffered reader: communicate() would skip what readline buffered)
+    out = proc.stdout.read()
+    err = proc.stderr.read()
+    proc.wait(timeout=20)
+    printed = 100 + len(out.splitlines())
+    assert proc.returncode == cli.EXIT_TERMINATED, err
+    broker.wait_for_blocking(lambda: broker.connections == 0)
+    assert broker.stats.frames_in.get("ACK") == printed < 20000
+    assert broker.stats.frames_in.get("DISCONNECT") == 1
+    assert broker.queue_depth(queue) == 20000 - printed
+
+
 def test_the_broker_command_stopped_by_sigterm_exits_143() -> None:
     proc = popen("broker", "--port", "0")
     assert proc.stdout is not None and proc.stdout.readline().startswith(b"stomp://")

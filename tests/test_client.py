@@ -257,7 +257,7 @@ async def test_a_burst_of_sends_is_coalesced_into_few_socket_writes():
     async with Broker() as broker:
         async with make(broker) as c:
             writes = []
-            transport = c._transport
+            transport = c._link.transport
             if hasattr(transport, "_stream"):  # the anyio stream (trio)
                 stream = transport._stream
 
@@ -301,11 +301,11 @@ async def test_a_long_burst_of_sends_is_written_through_not_queued_to_the_buffer
     body = b"y" * 1000
     async with Broker() as broker:
         async with make(broker, send_buffer_bytes=limit) as c:
-            asyncio_transport = not hasattr(c._transport, "_stream")
+            asyncio_transport = not hasattr(c._link.transport, "_stream")
             peak = 0
             for i in range(3000):
                 await c.send("/queue/burst", b"%06d" % i + body)
-                peak = max(peak, c._out_bytes)
+                peak = max(peak, c._link.outbox.out_bytes)
             with anyio.fail_after(WAIT):
                 await c.flush()
             bound = WRITE_THROUGH_BYTES if asyncio_transport else limit
@@ -363,7 +363,7 @@ async def test_a_burst_into_a_peer_that_stops_reading_waits_instead_of_queueing_
         c = AsyncClient(f"stomp://127.0.0.1:{listener.getsockname()[1]}/", heart_beat=(0, 0), reconnect=False,
                         send_buffer_bytes=limit, disconnect_timeout=0.2)
         async with c:
-            asyncio_transport = not hasattr(c._transport, "_stream")
+            asyncio_transport = not hasattr(c._link.transport, "_stream")
             peak = 0
             blocked = 0
 
@@ -374,7 +374,7 @@ async def test_a_burst_into_a_peer_that_stops_reading_waits_instead_of_queueing_
                     await c.send("/queue/slow", b"%06d" % i + body)
                     if anyio.current_time() - before > 0.1:
                         blocked += 1
-                    peak = max(peak, c._out_bytes)
+                    peak = max(peak, c._link.outbox.out_bytes)
 
             with anyio.fail_after(WAIT * 2):
                 async with anyio.create_task_group() as tg:

@@ -146,6 +146,18 @@ def test_the_code_block_runs(kind: str, argument: str, code: str, tmp_path: Path
 
 
 
+# A block whose ``anyio.run(main)`` line says it also works on trio runs on trio too.
+_SAYS_TRIO = re.compile(r'^anyio\.run\(main\)(?=.*#.*backend="trio")', re.M)
+_TRIO_RUN = [b for b in _RUN if _SAYS_TRIO.search(b[3])]
+
+
+@pytest.mark.timeout(_BLOCK_TIMEOUT + 30)
+@pytest.mark.parametrize("kind,argument,code", [b[1:] for b in _TRIO_RUN], ids=[b[0] for b in _TRIO_RUN])
+def test_the_code_block_that_says_trio_runs_on_trio(kind: str, argument: str, code: str, tmp_path: Path) -> None:
+    assert len(_TRIO_RUN) >= 2, "the README's first example and the SIGTERM recipe say trio"
+    test_the_code_block_runs(kind, argument, _SAYS_TRIO.sub('anyio.run(main, backend="trio")', code), tmp_path)
+
+
 def test_the_readme_links_are_absolute():
     """PyPI renders the README without the repository around it: a relative link would be dead there."""
     links = re.findall(r"\]\(([^)\s]+)\)", (ROOT / "README.md").read_text())

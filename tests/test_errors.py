@@ -41,6 +41,7 @@ TREE = {
     "NotStompError": (("ConnectError",), ()),
     "ReceiptTimeout": (("StompTimeout",), ()),
     "ReceiveTimeout": (("StompTimeout",), ()),
+    "RequestTimeout": (("StompTimeout",), ()),
     "ClientClosedError": (("StompError",), (RuntimeError,)),
     "FlowControlError": (("StompError",), ()),
     "MessageTooLargeError": (("StompError",), ()),

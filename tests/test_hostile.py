@@ -72,7 +72,7 @@ async def test_endless_frames_across_reconnects_leave_memory_bounded():
     def on_event(event: ConnectionEvent) -> None:
         if event.kind == "connected":
             assert client is not None
-            sessions.append(weakref.ref(client._protocol))
+            sessions.append(weakref.ref(client._link.protocol))
 
     gc.collect()
     gc.disable()  # a session that only a collection would free counts as leaked

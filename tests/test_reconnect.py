@@ -91,12 +91,12 @@ def test_failover_url_form_and_options():
     )
     client = AsyncClient(url)
     assert [(e.host, e.port) for e in client.endpoints] == [("a", 61613), ("b", 61614)]
-    policy = client._policy
+    policy = client._supervisor.policy
     assert (policy.initial_delay, policy.max_delay, policy.multiplier) == (0.05, 2.0, 3.0)
     assert (policy.max_attempts, policy.connect_attempts, policy.randomize) == (4, 2, False)
     assert "secret" not in repr(client.endpoints) and "secret" not in client.endpoints[0].url
     unlimited = AsyncClient("failover:(stomp://a,stomp://b)?maxReconnectAttempts=-1&useExponentialBackOff=false")
-    assert unlimited._policy.max_attempts is None and unlimited._policy.multiplier == 1.0
+    assert unlimited._supervisor.policy.max_attempts is None and unlimited._supervisor.policy.multiplier == 1.0
 
 
 @pytest.mark.parametrize(
@@ -427,9 +427,9 @@ async def test_an_eof_reaching_the_reader_after_the_link_was_taken_down_reconnec
     async with Broker() as broker:
         async with make(broker.url) as c:
             await c.send("/queue/eof", b"x", receipt=True)  # (the reader task is running, in a receive)
-            transport = c._transport
+            transport = c._link.transport
             trip = anyio.Event()
-            if c._push:  # asyncio: the transport calls back; a link taken down makes no callback after it
+            if c._link.inbox.push:  # asyncio: the transport calls back; a link taken down makes no callback after it
                 c._fail(ConnectionLostError("the writer's link failed"))
                 transport._protocol.eof_received()
                 transport._protocol.connection_lost(None)
@@ -450,7 +450,7 @@ async def test_an_eof_reaching_the_reader_after_the_link_was_taken_down_reconnec
             await c.send("/queue/eof", b"after", receipt=True)
             assert c.is_connected
             sent = [f.body for f in broker.received if f.command == "SEND"]
-            assert sent == ([b"x", b"after"] if c._push else [b"x", b"y", b"after"])
+            assert sent == ([b"x", b"after"] if c._link.inbox.push else [b"x", b"y", b"after"])
 
 
 async def test_a_send_refused_by_a_failed_client_still_yields_to_the_loop():

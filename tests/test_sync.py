@@ -965,8 +965,9 @@ EXTRA_NAMES = {
 
 #: Public names of an async class that are the blocking client's own way in, with no twin.
 ASYNC_ONLY = {
-    # how the sync Subscription takes and acks from threads
-    "AsyncSubscription": {"handoff", "check_ack", "ack_nowait"},
+    # how the sync Subscription takes and acks from threads; how the reply channel takes replies in the
+    # reader; how consume's worker tasks wait (its threads wait in receive)
+    "AsyncSubscription": {"handoff", "check_ack", "ack_nowait", "deliver_to", "wait_buffered", "wake"},
     # the blocking client's ways in (its send does not wait)
     "AsyncClient": {"send_nowait", "send_from_thread", "check_send"},
 }

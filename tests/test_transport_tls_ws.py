@@ -89,11 +89,11 @@ def test_subprotocols_follow_the_offered_versions():
     assert subprotocols(("1.0", "1.1", "1.2")) == ["v12.stomp", "v11.stomp", "v10.stomp"]
     assert subprotocols(("1.1",)) == ["v11.stomp"]
     client = AsyncClient("ws://h/ws", versions=("1.0", "1.2"))
-    assert subprotocols(client._protocol.versions) == ["v12.stomp", "v10.stomp"]
+    assert subprotocols(client._link.protocol.versions) == ["v12.stomp", "v10.stomp"]
 
 
 def _tls(client):
-    return client._tls(client.endpoint)
+    return client._settings.tls(client.endpoint)
 
 
 def test_tls_options_are_checked_before_any_io():
@@ -337,8 +337,8 @@ def test_ws_max_message_bytes_is_checked(bad):
 
 
 def test_ws_max_message_bytes_default_is_artemis_limit():
-    assert AsyncClient("ws://h/ws")._websocket_max_message_bytes == ARTEMIS_FRAME_LIMIT
-    assert AsyncClient("ws://h/ws", websocket_max_message_bytes=1)._websocket_max_message_bytes == 1
+    assert AsyncClient("ws://h/ws")._settings.websocket_max_message_bytes == ARTEMIS_FRAME_LIMIT
+    assert AsyncClient("ws://h/ws", websocket_max_message_bytes=1)._settings.websocket_max_message_bytes == 1
 
 
 async def test_ws_versions_offer_only_their_subprotocols():

@@ -289,28 +289,37 @@ async def _receive(
             return f"{text}  |  {live_stats()}" if live_stats is not None else text
 
         with status.live(progress, to_stdout=args.output is None):
-            with anyio.move_on_after(args.duration) as total:
-                while args.count is None or tally.messages < args.count:
-                    if args.timeout:
-                        with anyio.move_on_after(args.timeout) as idle:
+            try:
+                with anyio.move_on_after(args.duration) as total:
+                    while args.count is None or tally.messages < args.count:
+                        if args.timeout:
+                            with anyio.move_on_after(args.timeout) as idle:
+                                message = await sub.receive()
+                            if idle.cancelled_caught:
+                                tally.reason = f"nothing for {args.timeout:g} s"
+                                break
+                        else:
                             message = await sub.receive()
-                        if idle.cancelled_caught:
-                            tally.reason = f"nothing for {args.timeout:g} s"
-                            break
+                        # A message in hand is finished, written and acked, even when a signal
+                        # stops the command meanwhile: what was printed is never redelivered.
+                        with anyio.CancelScope(shield=True), anyio.move_on_after(client.disconnect_timeout):
+                            tally.messages += 1
+                            tally.bytes += len(message.body)
+                            sink.write(message_record(message, args.json, args.headers), message, tally.messages)
+                            if ack:
+                                try:
+                                    await message.ack()
+                                except StaleMessageError:
+                                    # Delivered before a reconnect: the broker sends it again
+                                    pass
                     else:
-                        message = await sub.receive()
-                    tally.messages += 1
-                    tally.bytes += len(message.body)
-                    sink.write(message_record(message, args.json, args.headers), message, tally.messages)
-                    if ack:
-                        try:
-                            await message.ack()
-                        except StaleMessageError:
-                            # Delivered before a reconnect: the broker sends it again
-                            pass
-                else:
-                    tally.reason = f"{plural(args.count, 'message')} received"
-            if total.cancelled_caught:
-                tally.reason = f"{args.duration:g} s elapsed"
+                        tally.reason = f"{plural(args.count, 'message')} received"
+                if total.cancelled_caught:
+                    tally.reason = f"{args.duration:g} s elapsed"
+            except anyio.get_cancelled_exc_class():
+                # SIGTERM or Ctrl-C: leave gracefully (pending receipts awaited, DISCONNECT), bounded.
+                with anyio.CancelScope(shield=True):
+                    await client.drain(timeout=client.disconnect_timeout)
+                raise
 
 

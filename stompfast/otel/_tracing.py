@@ -358,19 +358,22 @@ class TracedAsyncSubscription(AsyncSubscription):
             took(message)
         return batch
 
-    async def ack_message(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False) -> None:
-        await self.settle("ack", message, transaction, receipt)
+    async def ack_message(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False,
+                          headers: Optional[Mapping[str, Any]] = None) -> None:
+        await self.settle("ack", message, transaction, receipt, headers)
 
-    async def nack_message(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False) -> None:
-        await self.settle("nack", message, transaction, receipt)
+    async def nack_message(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False,
+                           headers: Optional[Mapping[str, Any]] = None) -> None:
+        await self.settle("nack", message, transaction, receipt, headers)
 
-    async def settle(self, command: str, message: Message, transaction: Optional[str], receipt: bool) -> None:
+    async def settle(self, command: str, message: Message, transaction: Optional[str], receipt: bool,
+                     headers: Optional[Mapping[str, Any]] = None) -> None:
         """ACK or NACK ``message`` (the subscription's own method), with its events."""
         otel = self.otel
         otel.settling(message, command, transaction)
         settle = super().ack_message if command == "ack" else super().nack_message
         try:
-            await settle(message, transaction=transaction, receipt=receipt)
+            await settle(message, transaction=transaction, receipt=receipt, headers=headers)
         except BaseException as exc:
             otel.settled(message, command, receipt, exc)
             raise
@@ -413,21 +416,21 @@ class TracedSubscription(Subscription):
         return batch
 
     def ack_message(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False,
-                    timeout: Optional[float] = None) -> None:
-        self.settle("ack", message, transaction, receipt, timeout)
+                    timeout: Optional[float] = None, headers: Optional[Mapping[str, Any]] = None) -> None:
+        self.settle("ack", message, transaction, receipt, timeout, headers)
 
     def nack_message(self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False,
-                     timeout: Optional[float] = None) -> None:
-        self.settle("nack", message, transaction, receipt, timeout)
+                     timeout: Optional[float] = None, headers: Optional[Mapping[str, Any]] = None) -> None:
+        self.settle("nack", message, transaction, receipt, timeout, headers)
 
     def settle(self, command: str, message: Message, transaction: Optional[str], receipt: bool,
-               timeout: Optional[float]) -> None:
+               timeout: Optional[float], headers: Optional[Mapping[str, Any]] = None) -> None:
         """ACK or NACK ``message`` (the subscription's own method), with its events."""
         otel = self.otel
         otel.settling(message, command, transaction)
         settle = super().ack_message if command == "ack" else super().nack_message
         try:
-            settle(message, transaction=transaction, receipt=receipt, timeout=timeout)
+            settle(message, transaction=transaction, receipt=receipt, timeout=timeout, headers=headers)
         except BaseException as exc:
             otel.settled(message, command, receipt, exc)
             raise
@@ -485,15 +488,15 @@ def async_client_methods(client: AsyncClient, tracing: Tracing) -> Dict[str, Cal
 
     async def send(destination: str, body: Union[bytes, bytearray, memoryview, str] = b"", *,
                    headers: Optional[Mapping[str, Any]] = None, content_type: Optional[str] = None,
-                   receipt: bool = False, wait: bool = True) -> Optional[Receipt]:
+                   receipt: bool = False, wait: bool = True, content_length: bool = True) -> Optional[Receipt]:
         this = _alive(ref)
         span, traced = tracing.start_send(destination, body, headers)
         if span is None:
             return await cls.send(this, destination, body, headers=headers, content_type=content_type,
-                                  receipt=receipt, wait=wait)
+                                  receipt=receipt, wait=wait, content_length=content_length)
         try:
             result = await cls.send(this, destination, body, headers=traced, content_type=content_type,
-                                    receipt=receipt, wait=wait)
+                                    receipt=receipt, wait=wait, content_length=content_length)
         except BaseException as exc:
             tracing.end(span, exc)
             raise
@@ -559,15 +562,16 @@ def sync_client_methods(client: Client, tracing: Tracing) -> Dict[str, Callable[
 
     def send(destination: str, body: Union[bytes, bytearray, memoryview, str] = b"", *,
              headers: Optional[Mapping[str, Any]] = None, content_type: Optional[str] = None,
-             receipt: bool = False, wait: bool = True, timeout: Optional[float] = None) -> Optional[ReceiptFuture]:
+             receipt: bool = False, wait: bool = True, timeout: Optional[float] = None,
+             content_length: bool = True) -> Optional[ReceiptFuture]:
         this = _alive(ref)
         span, traced = tracing.start_send(destination, body, headers)
         if span is None:
             return cls.send(this, destination, body, headers=headers, content_type=content_type, receipt=receipt,
-                            wait=wait, timeout=timeout)
+                            wait=wait, timeout=timeout, content_length=content_length)
         try:
             result = cls.send(this, destination, body, headers=traced, content_type=content_type, receipt=receipt,
-                              wait=wait, timeout=timeout)
+                              wait=wait, timeout=timeout, content_length=content_length)
         except BaseException as exc:
             tracing.end(span, exc)
             raise
@@ -592,15 +596,17 @@ def sync_client_methods(client: Client, tracing: Tracing) -> Dict[str, Callable[
         adopt(sub, otel)
         return sub
 
-    def ack(message: Message, *, receipt: bool = False, timeout: Optional[float] = None) -> None:
+    def ack(message: Message, *, receipt: bool = False, timeout: Optional[float] = None,
+            headers: Optional[Mapping[str, Any]] = None) -> None:
         this = _alive(ref)
         _settle_via_client(tracing, "ack", message, receipt,
-                           lambda: cls.ack(this, message, receipt=receipt, timeout=timeout))
+                           lambda: cls.ack(this, message, receipt=receipt, timeout=timeout, headers=headers))
 
-    def nack(message: Message, *, receipt: bool = False, timeout: Optional[float] = None) -> None:
+    def nack(message: Message, *, receipt: bool = False, timeout: Optional[float] = None,
+             headers: Optional[Mapping[str, Any]] = None) -> None:
         this = _alive(ref)
         _settle_via_client(tracing, "nack", message, receipt,
-                           lambda: cls.nack(this, message, receipt=receipt, timeout=timeout))
+                           lambda: cls.nack(this, message, receipt=receipt, timeout=timeout, headers=headers))
 
     def transaction(*, receipt: bool = True, timeout: Optional[float] = None) -> Any:
         tx = cls.transaction(_alive(ref), receipt=receipt, timeout=timeout)

@@ -1,0 +1,323 @@
+"""Handler consumption: ``await client.consume(destination, handler, concurrency=N)``.
+
+An :class:`AsyncConsumer` runs ``concurrency`` worker tasks in the client's task
+group over one subscription. Each worker takes a message, awaits
+``handler(message)`` and settles it: a handler that returns acks it, one that
+raises is settled as ``on_error`` says (NACK by default). With ``concurrency=1``
+one worker handles the messages in the order they came. The subscription's
+buffer, and so the broker's prefetch in the client ack modes, follows
+``concurrency`` (``prefetch``, twice the workers by default): the broker keeps
+what no worker could take soon, for other consumers to have.
+
+A reconnect does not stop a consumer: the subscription is re-established with
+the link, and a handler still running on a message of the lost link finds it
+stale when it settles (counted as ``stale``; the broker redelivers it).
+
+:meth:`AsyncConsumer.drain` stops it gracefully: no worker takes another
+message, the running handlers finish and settle (bounded), then the subscription
+is closed; what was buffered and never handed to a handler is unacked, and the
+broker redelivers it. The workers' own state is here; the client only keeps the
+set of its consumers (for ``health()`` and ``client.drain()``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, List, Mapping, Optional, Tuple, Union
+
+import anyio
+import anyio.abc
+
+from ._events import Message
+from ._subscription import AsyncSubscription
+from .errors import ClientClosedError, ConfigurationError, LocalProtocolError, StaleMessageError, StompError
+
+__all__ = ["AsyncConsumer", "ConsumerStats", "Nack", "check_consume_options", "error_action"]
+
+log = logging.getLogger("stompfast")
+
+#: What ``on_error`` may say about a message whose handler raised.
+ERROR_DECISIONS = ("nack", "ack", "stop")
+
+
+@dataclass(frozen=True)
+class Nack:
+    """``on_error``'s answer: NACK the message with these extra ``headers`` (e.g. ``{"requeue": "false"}``)."""
+
+    headers: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: ``on_error``: a decision for every failure, or ``on_error(message, exc)`` returning one (or awaiting one).
+OnError = Union[str, Nack, Callable[[Message, Exception], Any]]
+
+
+@dataclass(frozen=True)
+class ConsumerStats:
+    """What a consumer did so far (``consumer.stats()``)."""
+
+    #: messages handed to the handler
+    handled: int = 0
+    #: messages acked after their handler returned (or raised, with ``on_error="ack"``)
+    acked: int = 0
+    #: messages nacked after their handler raised
+    nacked: int = 0
+    #: handlers that raised
+    failed: int = 0
+    #: settles refused because the message came on a connection that was lost (the broker redelivers it)
+    stale: int = 0
+    #: handlers running now
+    running: int = 0
+    #: seconds the longest-running handler has been running (0.0 when none runs)
+    oldest_running: float = 0.0
+
+
+def check_consume_options(concurrency: Any, prefetch: Any, ack: str, on_error: Any) -> int:
+    """Refuse bad ``consume`` options before anything is sent; return the prefetch to use."""
+    if type(concurrency) is not int or concurrency < 1:
+        raise ConfigurationError(f"concurrency must be a positive int, not {concurrency!r}")
+    if prefetch is None:
+        prefetch = 2 * concurrency
+    if type(prefetch) is not int or prefetch < concurrency:
+        raise ConfigurationError(f"prefetch must be an int of at least concurrency ({concurrency}), not {prefetch!r}")
+    if ack not in ("auto", "client", "client-individual"):
+        raise ConfigurationError(f"ack must be 'auto', 'client' or 'client-individual', not {ack!r}")
+    if ack == "client" and concurrency > 1:
+        # A cumulative ACK of one worker's message would settle the messages other
+        # workers are still handling.
+        raise ConfigurationError("ack='client' (cumulative) cannot be used with concurrency > 1: use client-individual")
+    if not (isinstance(on_error, Nack) or callable(on_error) or on_error in ERROR_DECISIONS):
+        raise ConfigurationError(
+            f"on_error must be 'nack', 'ack', 'stop', a Nack(headers) or a callable, not {on_error!r}"
+        )
+    return prefetch
+
+
+def error_action(
+    decision: Any, settles: bool, destination: str, exc: Exception
+) -> Tuple[str, Optional[Mapping[str, Any]]]:
+    """What a failed handler's message becomes, from ``on_error``'s ``decision``: ``(action, NACK headers)``.
+
+    ``action`` is ``"stop"`` (leave it unsettled and stop the consumer), ``"none"``
+    (``auto`` mode: nothing to settle), ``"ack"`` or ``"nack"``. A decision that is none
+    of those is logged and nacked. Both consumers (tasks and threads) settle by it.
+    """
+    if decision == "stop":
+        log.error("stompfast: a handler on %r raised and on_error says stop: %r", destination, exc)
+        return "stop", None
+    if not settles:
+        log.warning("stompfast: a handler on %r raised (ack mode auto: nothing to settle): %r", destination, exc)
+        return "none", None
+    if decision == "ack":
+        return "ack", None
+    if isinstance(decision, Nack):
+        return "nack", decision.headers or None
+    if decision != "nack":
+        log.error("stompfast: consume's on_error returned %r (not 'ack', 'nack', 'stop' or a Nack): nacked", decision)
+    return "nack", None
+
+
+class AsyncConsumer:
+    """A running :meth:`AsyncClient.consume`: workers handling one subscription's messages.
+
+    ``await consumer.drain(timeout)`` stops it gracefully and returns what it
+    could not finish; ``await consumer.wait()`` returns when it stopped (raising
+    what stopped it, if anything did: ``on_error="stop"``, or the connection
+    failing for good); ``consumer.stats()`` counts.
+    """
+
+    __slots__ = (
+        "destination", "subscription", "handler", "concurrency", "on_error", "settles", "clock", "stopping",
+        "started", "workers_left", "done", "error", "handled", "acked", "nacked", "failed", "stale",
+    )
+
+    def __init__(
+        self,
+        subscription: AsyncSubscription,
+        handler: Callable[[Message], Awaitable[Any]],
+        *,
+        concurrency: int,
+        on_error: OnError,
+        clock: Callable[[], float],
+    ) -> None:
+        self.destination = subscription.destination
+        #: the subscription the workers take from (open: entered by ``consume``)
+        self.subscription = subscription
+        self.handler = handler
+        self.concurrency = concurrency
+        self.on_error = on_error
+        # auto mode: the broker needs no settle
+        self.settles = subscription.ack_mode != "auto"
+        self.clock = clock
+        # No worker takes another message once this is set (drain, stop, a failure).
+        self.stopping = False
+        # When each worker's running handler started (the client's clock), 0.0 while it waits.
+        self.started: List[float] = [0.0] * concurrency
+        self.workers_left = concurrency
+        # Set once every worker has returned.
+        self.done = anyio.Event()
+        # What stopped the consumer (on_error="stop", or the connection failing for good).
+        self.error: Optional[BaseException] = None
+        self.handled = 0
+        self.acked = 0
+        self.nacked = 0
+        self.failed = 0
+        self.stale = 0
+
+    def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Start the workers in ``tg`` (the client's task group)."""
+        for number in range(self.concurrency):
+            tg.start_soon(self._worker, number, name=f"stompfast-consumer-{self.destination}-{number}")
+
+    async def _worker(self, number: int) -> None:
+        next_buffered = self.subscription.next_buffered
+        handler = self.handler
+        started = self.started
+        clock = self.clock
+        settles = self.settles
+        try:
+            while not self.stopping:
+                # The common case first: a buffered message is taken without a wait.
+                message = next_buffered()
+                if message is None:
+                    if not await self._wait_for_message():
+                        return
+                    continue
+                self.handled += 1
+                started[number] = clock()
+                try:
+                    await handler(message)
+                except Exception as exc:
+                    self.failed += 1
+                    await self._handle_error(message, exc)
+                else:
+                    if settles:
+                        # _settle's ACK inlined: this runs once per message
+                        try:
+                            await message.ack()
+                            self.acked += 1
+                        except StompError as exc:
+                            self._settle_failed("ack", exc)
+                finally:
+                    started[number] = 0.0
+        finally:
+            self.workers_left -= 1
+            if not self.workers_left:
+                self.done.set()
+
+    async def _wait_for_message(self) -> bool:
+        """Wait until a message is buffered or the consumer is told to stop; False: stop now."""
+        try:
+            await self.subscription.wait_buffered()
+        except ClientClosedError:
+            # The subscription was closed (drain, or the client closing): no error of ours.
+            self.stopping = True
+            return False
+        except StompError as exc:
+            # The connection failed for good: every worker stops with it.
+            self.stop_taking(exc)
+            return False
+        return True
+
+    async def _handle_error(self, message: Message, exc: Exception) -> None:
+        decision: Any = self.on_error
+        if callable(decision) and not isinstance(decision, Nack):
+            try:
+                decision = decision(message, exc)
+                if inspect.isawaitable(decision):
+                    decision = await decision
+            except Exception as hook_error:
+                log.exception("stompfast: consume's on_error raised (the message is nacked): %s", hook_error)
+                decision = "nack"
+        action, headers = error_action(decision, self.settles, self.destination, exc)
+        if action == "stop":
+            self.stop_taking(exc)
+        elif action != "none":
+            await self._settle(message, action, headers)
+
+    async def _settle(self, message: Message, command: str, headers: Optional[Mapping[str, Any]]) -> None:
+        try:
+            if command == "ack":
+                await message.ack(headers=headers) if headers else await message.ack()
+                self.acked += 1
+            else:
+                await message.nack(headers=headers)
+                self.nacked += 1
+        except StompError as exc:
+            self._settle_failed(command, exc)
+
+    def _settle_failed(self, command: str, exc: StompError) -> None:
+        """An ACK or NACK was refused: count or report it (the message stays unsettled: redelivered)."""
+        if isinstance(exc, StaleMessageError):
+            self.stale += 1
+        elif isinstance(exc, LocalProtocolError):
+            # NACK on a STOMP 1.0 session, or a subscription gone (the client closing)
+            log.warning("stompfast: %s of a message on %r not sent: %s", command.upper(), self.destination, exc)
+        elif not isinstance(exc, ClientClosedError):
+            # The connection failed meanwhile: a reconnect is under way (the message is
+            # stale then) or the client failed for good (the workers stop at their next wait).
+            self.stale += 1
+
+    def stop_taking(self, error: Optional[BaseException] = None) -> None:
+        """No worker takes another message; the waiting ones return now (the running handlers go on)."""
+        if error is not None and self.error is None:
+            self.error = error
+        self.stopping = True
+        # The waiting workers see ``stopping`` as they wake.
+        self.subscription.wake()
+
+    @property
+    def running(self) -> int:
+        """Handlers running now."""
+        return sum(1 for since in self.started if since)
+
+    def stats(self) -> ConsumerStats:
+        """A snapshot of the counts (see :class:`ConsumerStats`)."""
+        started = [since for since in self.started if since]
+        oldest = self.clock() - min(started) if started else 0.0
+        return ConsumerStats(
+            handled=self.handled, acked=self.acked, nacked=self.nacked, failed=self.failed, stale=self.stale,
+            running=len(started), oldest_running=oldest,
+        )
+
+    def wedged(self, limit: float) -> int:
+        """How many handlers have been running for more than ``limit`` seconds."""
+        now = self.clock()
+        return sum(1 for since in self.started if since and now - since > limit)
+
+    async def drain(self, timeout: float = math.inf) -> int:
+        """Stop taking messages, let the running handlers finish and settle, close the subscription.
+
+        Waits at most ``timeout`` seconds for the running handlers; returns how many
+        had not finished by then (their messages stay unsettled: the broker
+        redelivers them once the subscription or the connection is gone).
+        Messages buffered and never handed to a handler are left unsettled too.
+        """
+        self.stop_taking()
+        with anyio.move_on_after(timeout):
+            await self.done.wait()
+        unfinished = self.running
+        with anyio.CancelScope(shield=True):
+            await self.subscription.aclose()
+        return unfinished
+
+    async def stop(self) -> None:
+        """Stop now: close the subscription (running handlers go on, but cannot settle)."""
+        self.stop_taking()
+        await self.subscription.aclose()
+
+    async def wait(self) -> None:
+        """Return when every worker stopped; raise what stopped the consumer, if anything did."""
+        await self.done.wait()
+        if self.error is not None:
+            raise self.error
+
+    def __repr__(self) -> str:
+        state = "stopped" if self.done.is_set() else ("draining" if self.stopping else "running")
+        return (
+            f"<AsyncConsumer {self.destination!r} concurrency={self.concurrency} {state}"
+            f" handled={self.handled} running={self.running}>"
+        )
+
