@@ -68,12 +68,14 @@ CONTENDERS: Dict[str, Tuple[str, str]] = {
     "asyncio": ("ours", "asyncio"), "uvloop": ("ours", "uvloop"), "sync": ("sync", "iterate"),
     "sync-callback": ("sync", "callback"), "sync-batch": ("sync", "batch"),
     "stomppy": ("stomppy", ""), "stompman": ("stompman", ""), "raw": ("raw", ""),
+    # stomp.py's own worker code, unchanged, with `import stomp` giving stompfast.compat.stomp
+    "compat": ("compat", ""),
     # scenario 2 only: a blocking round trip with reads in another thread, at no protocol cost
     "floor-thread": ("threadfloor", ""), "floor-sync": ("syncfloor", ""),
 }
 LABELS = {"asyncio": "stompfast/asyncio", "uvloop": "stompfast/uvloop", "sync": "stompfast/sync",
           "sync-callback": "sync callback=", "sync-batch": "sync receive_batch",
-          "stomppy": "stomp.py", "stompman": "stompman", "raw": "raw socket",
+          "stomppy": "stomp.py", "stompman": "stompman", "raw": "raw socket", "compat": "compat (stomp.py API)",
           "floor-thread": "floor: recv thread", "floor-sync": "floor: loop thread"}
 SYNC_NAMES = ("sync", "sync-callback", "sync-batch")
 PRIMARY = "asyncio"
@@ -339,6 +341,18 @@ def worker_stomppy(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
     return _latency_result(lat, got, tag, n)
 
 
+def worker_compat(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
+    """stomp.py's worker, code unchanged, after stompfast.compat.install(): what a switched stomp.py user runs."""
+    import stompfast.compat
+
+    # the harness (scanner_compare) imported the real stomp.py for its parser figures; the
+    # worker's code imports stomp only inside worker_stomppy, so forgetting it here is enough
+    for name in [m for m in sys.modules if m == "stomp" or m.startswith("stomp.")]:
+        del sys.modules[name]
+    stompfast.compat.install()
+    return worker_stomppy(spec, win)
+
+
 def worker_stompman(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
     import stompman
     from stompman.connection import Connection
@@ -498,7 +512,8 @@ def worker_raw(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
     return _latency_result(lat, got, tag, n)
 
 
-WORKERS = {"ours": worker_ours, "sync": worker_sync, "stomppy": worker_stomppy, "stompman": worker_stompman,
+WORKERS = {"ours": worker_ours, "sync": worker_sync, "stomppy": worker_stomppy, "compat": worker_compat,
+           "stompman": worker_stompman,
            "raw": worker_raw}
 
 
@@ -801,6 +816,21 @@ def evaluate_targets(all_rows: List[Dict[str, Any]], names: List[str]) -> List[D
             add(verdict if judged else "INFO", "null", "%s msgs/s, %d %s (one connection)" % (label, s, SCENARIOS[s]),
                 "-" if v is None else "%s/s (cli %.0f%%)" % (fmt_n(v), 100 * (share or 0)),
                 ">= %s/s" % fmt_n(floor) + ("" if judged else ", not judged"), v)
+    # issue 25: the compat layer, used as stomp.py code uses it, against stomp.py in the same run:
+    # publish and drains at >= 2x stomp.py's msgs per client-CPU-second, receipts no slower
+    compat = LABELS["compat"]
+    if "compat" in names:
+        for b in brokers:
+            if b == "null":
+                continue
+            for s, need in ((PUBLISH, 2.0), (RECEIPTS, 1.0), (DRAIN_AUTO, 2.0), (DRAIN_CLIENT, 2.0)):
+                r = index.get((b, s, compat))
+                if r is None or ("na" in r and r["na"] not in ("FAILED", "not run")):
+                    continue
+                v = r.get("vs_stomppy")
+                add("PASS" if v is not None and v >= need else "FAIL", b,
+                    "%s msgs/CPU-s vs stomp.py, %d %s" % (compat, s, SCENARIOS[s]),
+                    "-" if v is None else "%.1fx" % v, ">= %gx" % need, v)
     raw = index.get(("rabbitmq", LATENCY, "raw socket"))
     for label in ours:
         judged = label == primary

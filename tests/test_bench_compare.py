@@ -96,3 +96,17 @@ def test_compare_on_a_port_without_a_broker() -> None:
     assert proc.returncode == 0, out + proc.stderr.decode()
     assert "brokers: artemis;" in out
     assert "artemis: NOT READY" in out and "note: artemis not measured" in out
+
+
+def test_the_compat_contender_and_its_targets() -> None:
+    # issue 25: the compat layer runs stomp.py's own worker after install(), and is judged at
+    # >= 2x stomp.py's msgs per client-CPU-second on publish and drains, >= 1x on receipts
+    assert compare.CONTENDERS["compat"] == ("compat", "")
+    assert compare.WORKERS["compat"] is compare.worker_compat
+    label = compare.LABELS["compat"]
+    values = {1: 2.4, 2: 0.9, 3: 2.0, 4: 1.9}
+    rows = [{"broker": "rabbitmq", "scenario": s, "contender": label, "vs_stomppy": v} for s, v in values.items()]
+    rows.append({"broker": "null", "scenario": 1, "contender": label, "vs_stomppy": 9.0})
+    verdicts = {t["target"].rsplit(", ", 1)[1].split(" ", 1)[0]: t["verdict"]
+                for t in compare.evaluate_targets(rows, ["compat"]) if label in t["target"]}
+    assert verdicts == {"1": "PASS", "2": "FAIL", "3": "PASS", "4": "FAIL"}
