@@ -1141,7 +1141,9 @@ class AsyncClient:
             raise ConfigurationError(f"handler must be an async function (async def), not {handler!r}")
         sub = self.subscribe(destination, ack=ack, headers=headers, buffer_size=prefetch, id=id, durable=durable)
         await sub.__aenter__()
-        consumer = AsyncConsumer(sub, handler, concurrency=concurrency, on_error=on_error, clock=self._clock)
+        # The handlers' start times need only be comparable with each other: time.monotonic
+        # is a C call, where the loop's clock is a Python method around it (once per message).
+        consumer = AsyncConsumer(sub, handler, concurrency=concurrency, on_error=on_error, clock=monotonic)
         self._consumers = {c for c in self._consumers if not c.done.is_set()}
         self._consumers.add(consumer)
         assert self._tg is not None

@@ -153,7 +153,7 @@ class AsyncConsumer:
         self.clock = clock
         # No worker takes another message once this is set (drain, stop, a failure).
         self.stopping = False
-        # When each worker's running handler started (the client's clock), 0.0 while it waits.
+        # When each worker's running handler started (by ``clock``), 0.0 while it waits.
         self.started: List[float] = [0.0] * concurrency
         self.workers_left = concurrency
         # Set once every worker has returned.
