@@ -15,7 +15,7 @@ import inspect
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, List, Mapping, Optional
 
 from ._consumer import ConsumerStats, Nack, OnError, error_action
 from ._events import Message

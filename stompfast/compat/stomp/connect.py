@@ -138,7 +138,7 @@ class StompConnection10(BaseConnection, Protocol10):
         Protocol10.connect(self, *args, **kwargs)
 
     def disconnect(self, receipt: Optional[str] = None, headers: Headers = None, **keyword_headers: Any) -> None:
-        """Send DISCONNECT; with a ``receipt`` given, also wait until the receiver thread ended (see ``wait_timeout``)."""
+        """Send DISCONNECT; with a ``receipt``, also wait for the receiver thread to end (see ``wait_timeout``)."""
         _disconnect(self, Protocol10, receipt, headers, keyword_headers)
 
 
@@ -184,7 +184,7 @@ class StompConnection11(BaseConnection, Protocol11):
         Protocol11.connect(self, *args, **kwargs)
 
     def disconnect(self, receipt: Optional[str] = None, headers: Headers = None, **keyword_headers: Any) -> None:
-        """Send DISCONNECT; with a ``receipt`` given, also wait until the receiver thread ended (see ``wait_timeout``)."""
+        """Send DISCONNECT; with a ``receipt``, also wait for the receiver thread to end (see ``wait_timeout``)."""
         _disconnect(self, Protocol11, receipt, headers, keyword_headers)
 
 
@@ -201,7 +201,7 @@ class StompConnection12(BaseConnection, Protocol12):
         Protocol12.connect(self, *args, **kwargs)
 
     def disconnect(self, receipt: Optional[str] = None, headers: Headers = None, **keyword_headers: Any) -> None:
-        """Send DISCONNECT; with a ``receipt`` given, also wait until the receiver thread ended (see ``wait_timeout``)."""
+        """Send DISCONNECT; with a ``receipt``, also wait for the receiver thread to end (see ``wait_timeout``)."""
         _disconnect(self, Protocol12, receipt, headers, keyword_headers)
 
     @staticmethod
