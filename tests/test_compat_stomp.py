@@ -492,8 +492,14 @@ def test_stats_and_test_listener(broker: Broker, queue: str) -> None:
 def test_printing_listener_prints(broker: Broker, capsys: pytest.CaptureFixture[str]) -> None:
     conn = make(broker)
     conn.set_listener("print", stomp.PrintingListener())
+    # disconnect(receipt=) returns once the receipt marks the connection ended, which can be
+    # before the receiver thread has called on_disconnected (stomp.py too); that receipt's
+    # on_receipt comes after on_disconnected on the receiver thread, and "print" < "waiter".
+    waiter = stomp.WaitingListener("bye")
+    conn.set_listener("waiter", waiter)
     conn.connect("guest", "secret", wait=True)
     conn.disconnect(receipt="bye")
+    waiter.wait_on_receipt()
     out = capsys.readouterr().out
     assert "on_connecting 127.0.0.1" in out and "on_connected" in out and "on_disconnected" in out
     assert "secret" not in out and "********" in out
