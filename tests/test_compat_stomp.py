@@ -785,3 +785,223 @@ def test_timeout_bounds_the_connect_only(broker: Broker, queue: str) -> None:
     time.sleep(0.8)
     assert conn.is_connected() and "disconnected" not in rec.names()
     conn.disconnect(receipt="bye")
+
+
+def test_a_replaced_process_frame_sees_every_message(broker: Broker, queue: str) -> None:
+    # stomp.py's receiver hands every frame to transport.process_frame, so code that wraps it
+    # (to log or filter frames) sees MESSAGEs too: the fast MESSAGE path must not skip it
+    conn = make(broker)
+    seen = []
+    original = conn.transport.process_frame
+
+    def wrapped(frame: Any, frame_str: Any) -> None:
+        seen.append(frame.cmd)
+        original(frame, frame_str)
+
+    conn.transport.process_frame = wrapped
+    rec = Recorder()
+    conn.set_listener("rec", rec)
+    conn.connect(wait=True)
+    conn.subscribe(queue, "s1")
+    confirm(conn, rec)
+    conn.send(queue, "seen")
+    wait_until(lambda: rec.of("message"), what="the message")
+    assert "MESSAGE" in seen
+    assert seen.index("CONNECTED") < seen.index("MESSAGE")
+    conn.disconnect(receipt="bye")
+
+
+class _Stomp10Broker(_DeafBroker):
+    """Answers any CONNECT as a STOMP 1.0 broker does (CONNECTED without ``version``) and keeps what it reads."""
+
+    def __init__(self) -> None:
+        self.received = b""
+        super().__init__()
+
+    def _serve(self) -> None:
+        conn, _ = self.server.accept()
+        with conn:
+            while b"\x00" not in self.received:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                self.received += chunk
+            conn.sendall(b"CONNECTED\nsession:old\n\n\x00")
+            while True:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                self.received += chunk
+            self.closed_by_client.set()
+
+
+@stompfast_only
+def test_frames_are_encoded_in_the_version_connected_names() -> None:
+    # A Connection12 on a broker that answers as 1.0 does (no version in CONNECTED): the
+    # session is 1.0, and frames are written in 1.0 from then on, with no escapes. stomp.py
+    # keeps escaping for its class's 1.2, so the broker would read "a\\cb" for "a:b" (a listed
+    # difference, docs/migrating.md); a line end, which 1.0 cannot carry, is refused before
+    # anything is sent, and the session goes on
+    from stompfast import LocalProtocolError
+
+    old = _Stomp10Broker()
+    try:
+        conn = stomp.Connection12([("127.0.0.1", old.port)])
+        conn.connect(wait=True)
+        assert conn.transport.session_version == "1.0"
+        with pytest.raises(LocalProtocolError):
+            conn.send("/queue/a", "no", headers={"x-note": "a\nb"})
+        conn.send("/queue/a", "yes", headers={"x-note": "a:b"})
+        assert conn.is_connected()
+        conn.disconnect()
+        wait_until(lambda: b"DISCONNECT" in old.received, what="the DISCONNECT")
+        sends = [f for f in old.received.split(b"\x00") if f.startswith(b"SEND")]
+        assert len(sends) == 1
+        assert b"\nx-note:a:b\n" in sends[0]
+        assert old.received.startswith(b"STOMP\naccept-version:1.2\n")
+    finally:
+        old.close()
+
+
+@stompfast_only
+def test_heartbeats_go_on_after_a_quick_reconnect(queue: str) -> None:
+    # disconnect() then connect() at once: the last session's heart-beat thread may still
+    # be ending when the new CONNECTED arrives. It must not keep the new session's thread
+    # from starting (stomp.py 8 checks "is there a thread" and so may run none), and it
+    # must be gone when disconnect() returns
+    with Broker.in_thread(heart_beat=(50, 50)) as broker:
+        conn = make(broker, "1.2", heartbeats=(50, 50))
+        listener = stomp.listener.TestListener(print_to_log=True)
+        conn.set_listener("t", listener)
+        for _ in range(5):
+            conn.connect(wait=True)
+            # connect(wait=True) returns when CONNECTED is seen, maybe before on_connected ran
+            protocol = conn.get_listener("protocol-listener")
+            wait_until(lambda p=protocol: p.heartbeat_thread is not None, what="this session's heart-beat thread")
+            beating = protocol.heartbeat_thread
+            assert beating.is_alive()
+            before = listener.heartbeat_count
+            wait_until(lambda b=before: listener.heartbeat_count >= b + 2, what="heart-beats in this session")
+            conn.disconnect(receipt="bye")
+            wait_until(lambda t=beating: not t.is_alive(), what="the heart-beat thread's end")
+        assert listener.heartbeat_timeouts == 0
+        assert not [t for t in threading.enumerate() if t.name.startswith("StompHeartbeat") and t.is_alive()]
+
+
+class _CountingTransport:
+    """What HeartbeatListener needs of a transport, counting the heart-beats it is given."""
+
+    def __init__(self) -> None:
+        self.beats = 0
+        self.listeners: dict = {}
+
+    def is_connected(self) -> bool:
+        return True
+
+    def transmit(self, frame: Any) -> None:
+        self.beats += 1
+
+
+@stompfast_only
+def test_a_heartbeat_thread_still_ending_does_not_stop_the_next_sessions() -> None:
+    # on_disconnected then on_connected at once, as a reconnect does: stomp.py 8 starts no
+    # thread when the old one is still set, and the old one then clears the field and the
+    # event as it ends, so the new session sends no heart-beat at all
+    transport = _CountingTransport()
+    hb = stomp.listener.HeartbeatListener(transport, (50, 50))
+    connected = stomp.utils.Frame("CONNECTED", {"heart-beat": "50,50", "version": "1.2"})
+    for _ in range(3):
+        hb.on_connected(connected)
+        hb.on_disconnected()
+        hb.on_connected(connected)
+        thread = hb.heartbeat_thread
+        assert thread is not None and thread.is_alive()
+        before = transport.beats
+        wait_until(lambda b=before: transport.beats >= b + 2, what="heart-beats after the reconnect")
+        hb.on_disconnected()
+        assert not thread.is_alive()
+
+
+@stompfast_only
+@pytest.mark.timeout(30)
+def test_a_failed_certificate_check_closes_the_socket(tmp_path: Any) -> None:
+    # the cert_validator refuses the broker after the TLS handshake: that socket is closed
+    # at once (not left to the garbage collector), and connect() raises ConnectFailedException
+    import gc
+    import ssl
+    import warnings
+
+    import trustme
+
+    ca = trustme.CA()
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    ca.issue_cert("127.0.0.1", "localhost").configure_cert(server_ctx)
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    with Broker.in_thread(ssl_context=server_ctx) as broker:
+        where = ("127.0.0.1", broker.port)
+        conn = stomp.Connection11([where], reconnect_attempts_max=2, reconnect_sleep_initial=0.01)
+        conn.set_ssl(for_hosts=[where], ca_certs=str(ca_file), cert_validator=lambda cert, host: (False, "no"))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            with pytest.raises(stomp.exception.ConnectFailedException):
+                conn.connect(wait=True)
+            gc.collect()
+        leaked = [w for w in caught if issubclass(w.category, ResourceWarning)]
+        assert not leaked, [str(w.message) for w in leaked]
+
+
+class _StuckBroker(_DeafBroker):
+    """Answers CONNECT, then never reads again (the client's send buffer fills) until closed."""
+
+    def _serve(self) -> None:
+        conn, _ = self.server.accept()
+        with conn:
+            data = b""
+            while b"\x00" not in data:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                data += chunk
+            conn.sendall(b"CONNECTED\nversion:1.1\n\n\x00")
+            self.closed_by_client.wait(30)
+
+    def close(self) -> None:
+        self.closed_by_client.set()
+        super().close()
+
+
+@stompfast_only
+@pytest.mark.timeout(30)
+def test_wait_timeout_bounds_the_disconnect_write_when_the_broker_stops_reading() -> None:
+    # a broker that stops reading: a sender thread blocks in sendall with the socket's lock;
+    # stomp.py's disconnect() then waits for that lock for ever. With wait_timeout the
+    # DISCONNECT gives up in time and closes the socket, which ends the blocked sender too
+    stuck = _StuckBroker()
+    try:
+        conn = stomp.Connection11([("127.0.0.1", stuck.port)], wait_timeout=0.5)
+        rec = Recorder()
+        conn.set_listener("rec", rec)
+        conn.connect(wait=True)
+        failed = threading.Event()
+
+        def flood() -> None:
+            try:
+                while True:
+                    conn.send("/queue/stuck", "x" * 65536)
+            except Exception:
+                failed.set()
+
+        sender = threading.Thread(target=flood, daemon=True)
+        sender.start()
+        time.sleep(0.5)
+        assert not failed.is_set(), "the broker read everything: the test did not fill the buffer"
+        started = time.monotonic()
+        conn.disconnect()
+        assert time.monotonic() - started < 0.5 + 1.0
+        assert failed.wait(5), "the blocked sender was not released"
+        assert not conn.is_connected()
+        wait_until(lambda: "disconnected" in rec.names(), what="on_disconnected")
+    finally:
+        stuck.close()

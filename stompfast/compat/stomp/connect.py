@@ -5,7 +5,8 @@ constructor arguments and defaults. ``wait_timeout`` (keyword only) is a stompfa
 addition: ``None`` (the default) keeps stomp.py's unbounded waits in ``disconnect(receipt)``
 and the ``with`` exit; a number of seconds bounds them, all of the exit's waits together
 (the receiver's end, the DISCONNECT's receipt, ``on_disconnected``), after which the
-socket is closed.
+socket is closed. It also bounds the DISCONNECT's own write (a broker that stopped
+reading): when that cannot finish in time, the socket is closed instead.
 """
 
 from time import monotonic
@@ -26,9 +27,19 @@ class BaseConnection(Publisher):
 
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
-        self.wait_timeout: Optional[float] = None
+        self.wait_timeout = None
         self.disconnect_receipt_id: Optional[str] = None
         self.disconnect_listener: Optional[WaitingListener] = None
+
+    @property
+    def wait_timeout(self) -> Optional[float]:
+        """The stompfast bound (seconds) on the waits stomp.py leaves unbounded; ``None``: stomp.py's."""
+        return self.transport.disconnect_write_timeout
+
+    @wait_timeout.setter
+    def wait_timeout(self, seconds: Optional[float]) -> None:
+        # the transport bounds the DISCONNECT write by it (a broker that stopped reading)
+        self.transport.disconnect_write_timeout = seconds
 
     def __enter__(self) -> "BaseConnection":
         self.disconnect_receipt_id = utils.get_uuid()

@@ -117,14 +117,23 @@ class HeartbeatListener(ConnectionListener):
         # the first heart-beat gets one interval of grace
         self.received_heartbeat = monotonic() + self.receive_sleep
         self.running = True
-        if self.heartbeat_thread is None:
-            self.heartbeat_thread = utils.default_create_thread(self._heartbeat_loop)
-            self.heartbeat_thread.name = "StompHeartbeat%s" % getattr(self.heartbeat_thread, "name", "Thread")
+        if self.heartbeat_thread is not None and not self.heartbeat_terminate_event.is_set():
+            # this session's thread runs already (a second CONNECTED)
+            return
+        # A new thread with an event of its own: a thread told to stop by the last
+        # session's on_disconnected may still be ending, and must neither keep this
+        # session's beats from starting nor clear this session's event as it ends
+        self.heartbeat_terminate_event = stop = threading.Event()
+        self.heartbeat_thread = utils.default_create_thread(lambda: self._heartbeat_loop(stop))
+        self.heartbeat_thread.name = "StompHeartbeat%s" % getattr(self.heartbeat_thread, "name", "Thread")
 
     def on_disconnected(self) -> None:
-        """Stop the heart-beat thread."""
+        """Stop the heart-beat thread, and wait (up to a second) for it to end unless this is that thread."""
         self.running = False
         self.heartbeat_terminate_event.set()
+        thread = self.heartbeat_thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(1.0)
 
     def on_disconnecting(self) -> None:
         """Stop sending heart-beats."""
@@ -161,11 +170,11 @@ class HeartbeatListener(ConnectionListener):
         if now > self.received_heartbeat:
             self.received_heartbeat = now
 
-    def _heartbeat_loop(self) -> None:
+    def _heartbeat_loop(self, stop: threading.Event) -> None:
         now = monotonic()
         if self.send_sleep != 0:
             self.next_outbound_heartbeat = now + self.send_sleep
-        while self.running:
+        while not stop.is_set():
             now = monotonic()
             next_events = []
             if self.next_outbound_heartbeat is not None:
@@ -175,11 +184,12 @@ class HeartbeatListener(ConnectionListener):
                 if left > 0:
                     next_events.append(left)
             sleep_time = min(next_events) if next_events else 0
-            if sleep_time > 0 and self.heartbeat_terminate_event.wait(sleep_time):
+            if sleep_time > 0 and stop.wait(sleep_time):
                 break
             now = monotonic()
             if not self.transport.is_connected() or self.disconnecting:
-                time.sleep(self.send_sleep)
+                # stomp.py sleeps one send interval here; the event ends that sleep early
+                stop.wait(self.send_sleep)
                 continue
             if self.send_sleep != 0 and self.next_outbound_heartbeat is not None and now > self.next_outbound_heartbeat:
                 try:
@@ -199,8 +209,8 @@ class HeartbeatListener(ConnectionListener):
                     # stomp.py calls these in the order the listeners were added, on this thread
                     for listener in list(self.transport.listeners.values()):
                         listener.on_heartbeat_timeout()
-        self.heartbeat_thread = None
-        self.heartbeat_terminate_event.clear()
+        if self.heartbeat_thread is threading.current_thread():
+            self.heartbeat_thread = None
 
 
 class WaitingListener(ConnectionListener):

@@ -19,6 +19,7 @@ except where a stompfast addition (a ``timeout`` argument) says so.
 import errno
 import math
 import random
+import select
 import socket
 import ssl
 import threading
@@ -67,8 +68,14 @@ class BaseTransport(listener.Publisher):
         self.bind_host_port: Optional[HostAndPort] = None
         self.notified_on_disconnect = False
         self.create_thread_fc: Callable[[Callable[[], Any]], Any] = utils.default_create_thread
-        #: the STOMP version frames are encoded for and, until CONNECTED says otherwise, scanned as
+        #: the STOMP version the connection class speaks: offered in CONNECT, and the one frames
+        #: are encoded and scanned in until CONNECTED names the session's
         self.version = "1.1"
+        #: the version CONNECTED named (``None`` until then, and again from each ``start()``)
+        self.session_version: Optional[str] = None
+        #: seconds the DISCONNECT's write may take before the socket is closed instead
+        #: (``None``: unbounded, as on stomp.py; the connection's ``wait_timeout`` sets it)
+        self.disconnect_write_timeout: Optional[float] = None
         self._receipts: Dict[str, str] = {}
         self._disconnect_receipt: Optional[str] = None
         self._auto_decode = auto_decode
@@ -94,6 +101,7 @@ class BaseTransport(listener.Publisher):
             ConnectFailedException: no ``(host, port)`` could be reached.
         """
         self.running = True
+        self.session_version = None
         self.attempt_connection()
         with self._receiver_exit:
             self._receiver_exited = False
@@ -225,12 +233,19 @@ class BaseTransport(listener.Publisher):
                 # stomp.py skips a listener without on_send this way (and so hides an
                 # AttributeError raised inside one): kept
                 continue
-        if frame.cmd == CMD_DISCONNECT and HDR_RECEIPT in frame.headers:
-            self._disconnect_receipt = frame.headers[HDR_RECEIPT]
+        bound = None
+        if frame.cmd == CMD_DISCONNECT:
+            bound = self.disconnect_write_timeout
+            if HDR_RECEIPT in frame.headers:
+                self._disconnect_receipt = frame.headers[HDR_RECEIPT]
         data = self.encode(frame)
         if log.isEnabledFor(log.DEBUG):
             log.debug("sending frame: %s", utils.clean_lines(data))
-        self.send(data)
+        if bound is None:
+            self.send(data)
+        elif not self.send_within(data, bound):
+            log.warning("the DISCONNECT could not be written within %s s: closing the socket", bound)
+            self.disconnect_socket()
 
     def encode(self, frame: utils.Frame) -> bytes:
         """The wire bytes of ``frame`` in :attr:`version` (a ``cmd`` of ``None`` is a heart-beat, one LF).
@@ -267,15 +282,21 @@ class BaseTransport(listener.Publisher):
             return self._encode_fields(cmd, pairs, data, given_length)
 
     def _encode_fields(self, cmd: str, fields: Any, data: bytes, given_length: bool) -> bytes:
+        version = self.session_version or self.version
         if data and not given_length:
             # no content-length: the head encoded alone (encode_frame adds none to an empty
             # body), then the body and the NUL; the body must hold no NUL, as on stomp.py
-            head = encode_frame(cmd, fields, b"", self.version)
+            head = encode_frame(cmd, fields, b"", version)
             return b"".join((head[:-1], data, b"\x00"))
-        return encode_frame(cmd, fields, data, self.version)
+        return encode_frame(cmd, fields, data, version)
 
     def send(self, encoded_frame: bytes) -> None:
         """Write encoded bytes (implemented by :class:`Transport`)."""
+
+    def send_within(self, encoded_frame: bytes, timeout: float) -> bool:
+        """Write encoded bytes if that can start within ``timeout`` seconds (implemented by :class:`Transport`)."""
+        self.send(encoded_frame)
+        return True
 
     def receive(self) -> bytes:
         """Read a chunk (implemented by :class:`Transport`)."""
@@ -322,6 +343,10 @@ class BaseTransport(listener.Publisher):
         scanner = self._new_scanner()
         decode = self._auto_decode
         process = self.process_frame
+        # The MESSAGE path below inlines process_frame's and notify's; a subclass (or an
+        # instance) that replaces either gets every frame through its own, as on stomp.py
+        inline = (getattr(process, "__func__", None) is BaseTransport.process_frame
+                  and getattr(self.notify, "__func__", None) is BaseTransport.notify)
         try:
             while self.running:
                 try:
@@ -348,7 +373,7 @@ class BaseTransport(listener.Publisher):
                         body = body.decode("utf-8", "replace")
                     command = raw.command
                     f = utils.Frame(command, dict(raw.headers), body)
-                    if command == "MESSAGE":
+                    if command == "MESSAGE" and inline:
                         # process_frame's MESSAGE path, inlined: the per-message cost is the point
                         listeners = self._sorted
                         for each in listeners:
@@ -363,8 +388,9 @@ class BaseTransport(listener.Publisher):
                                 callback(f)
                     else:
                         if command == "CONNECTED":
-                            # the session's version decides the escapes from here on (1.0: none)
-                            scanner.version = f.headers.get("version", "1.0")
+                            # the session's version decides the escapes from here on, both
+                            # ways (1.0: none), also when the broker chose a lower one
+                            self.session_version = scanner.version = f.headers.get("version", "1.0")
                         process(f, raw.body)
                     if not self.running:
                         break
@@ -486,6 +512,36 @@ class Transport(BaseTransport):
             log.error("error sending frame", exc_info=True)
             raise
 
+    def send_within(self, encoded_frame: bytes, timeout: float) -> bool:
+        """Write a small frame whole, unless the write cannot start within ``timeout`` seconds.
+
+        It cannot start while another thread's write holds the socket, or while the
+        socket's send buffer is full (a broker that stopped reading). A frame that fits
+        the free buffer (a DISCONNECT does) is then written without blocking.
+
+        Returns:
+            Whether the frame was written; ``False`` leaves the socket as it was.
+
+        Raises:
+            NotConnectedException: there is no socket.
+        """
+        sock = self.socket
+        if sock is None:
+            raise exception.NotConnectedException()
+        deadline = monotonic() + timeout
+        if not self._socket_lock.acquire(timeout=max(0.0, timeout)):
+            return False
+        try:
+            if not select.select([], [sock], [], max(0.0, deadline - monotonic()))[1]:
+                return False
+            sock.sendall(encoded_frame)
+        except Exception:
+            log.error("error sending frame", exc_info=True)
+            raise
+        finally:
+            self._socket_lock.release()
+        return True
+
     def receive(self) -> bytes:
         """Read up to ``recv_bytes``; ``b""`` when the socket is gone or closed."""
         sock = self.socket
@@ -549,6 +605,7 @@ class Transport(BaseTransport):
             count < self.reconnect_attempts_max or self.reconnect_attempts_max == -1
         ):
             for host_and_port in self.host_and_ports:
+                sock: Optional[socket.socket] = None
                 try:
                     sock = socket.create_connection(host_and_port, self.timeout, self.bind_host_port)
                     self._enable_keepalive(sock)
@@ -564,6 +621,10 @@ class Transport(BaseTransport):
                     log.info("established connection to host %s, port %s", *host_and_port)
                     break
                 except (OSError, AssertionError):
+                    # a step after the TCP connect failed (keepalive, the TLS handshake, the
+                    # certificate validator): that socket is closed here, not left to the GC
+                    if sock is not None:
+                        sock.close()
                     self.socket = None
                     count += 1
                     log.warning("could not connect to host %s, port %s", *host_and_port, exc_info=log.verbose)
@@ -599,6 +660,8 @@ class Transport(BaseTransport):
         if validator is not None:
             ok, message = validator(tls.getpeercert(), host_and_port[0])
             if not ok:
+                # the TLS socket owns the descriptor now: closing the plain one would not free it
+                tls.close()
                 raise ssl.SSLError("Server certificate validation failed: %s" % message)
         return tls
 
