@@ -12,7 +12,9 @@ which calls the listeners sorted by name, in the order the frames arrived.
 A chunk of nothing but line ends, with no partial frame pending, is a heart-beat.
 ``transmit()`` calls every listener's ``on_send`` (which may edit the frame), encodes
 the frame with :func:`stompfast.encode_frame` and writes it with ``sendall`` under a
-lock, in the calling thread. Nothing here is bounded that stomp.py leaves unbounded,
+lock, in the calling thread. On TLS the socket is non-blocking and every read and write
+of the TLS connection is made under a second lock (an OpenSSL connection is not safe for
+both at once), with the waits done by ``select`` outside it. Nothing here is bounded that stomp.py leaves unbounded,
 except where a stompfast addition (a ``timeout`` argument) says so.
 """
 
@@ -468,6 +470,9 @@ class Transport(BaseTransport):
         self.recv_bytes = max(recv_bytes, 65536)
         self.socket: Optional[socket.socket] = None
         self._socket_lock = threading.Lock()
+        # Set while the socket is TLS: every call into the TLS connection is made under it
+        # (see _receive_tls)
+        self._tls_lock: Optional[threading.Lock] = None
         self._ssl_params: Dict[HostAndPort, Dict[str, Any]] = {}
 
     def is_connected(self) -> bool:
@@ -507,7 +512,10 @@ class Transport(BaseTransport):
             raise exception.NotConnectedException()
         try:
             with self._socket_lock:
-                sock.sendall(encoded_frame)
+                if self._tls_lock is None:
+                    sock.sendall(encoded_frame)
+                else:
+                    self._send_tls(sock, encoded_frame, None)
         except Exception:
             log.error("error sending frame", exc_info=True)
             raise
@@ -532,6 +540,8 @@ class Transport(BaseTransport):
         if not self._socket_lock.acquire(timeout=max(0.0, timeout)):
             return False
         try:
+            if self._tls_lock is not None:
+                return self._send_tls(sock, encoded_frame, deadline)
             if not select.select([], [sock], [], max(0.0, deadline - monotonic()))[1]:
                 return False
             sock.sendall(encoded_frame)
@@ -548,6 +558,8 @@ class Transport(BaseTransport):
         if sock is None:
             return b""
         try:
+            if self._tls_lock is not None:
+                return self._receive_tls(sock)
             return sock.recv(self.recv_bytes)
         except OSError as exc:
             if utils.get_errno(exc) in (errno.EAGAIN, errno.EINTR):
@@ -555,6 +567,47 @@ class Transport(BaseTransport):
             if self.is_connected():
                 raise
             return b""
+
+    def _receive_tls(self, sock: Any) -> bytes:
+        # An OpenSSL connection is not safe for a read and a write at once: a TLS 1.3
+        # session ticket that the receiver takes in while another thread writes CONNECT
+        # can hang both (stomp.py 8 hangs there now and then). So on TLS every call into
+        # the connection is made under _tls_lock on a non-blocking socket, and the
+        # waiting is done outside the lock, by select, so a reader never holds up a writer
+        lock = self._tls_lock
+        assert lock is not None
+        while True:
+            if not sock.pending():
+                select.select([sock], [], [])
+            with lock:
+                try:
+                    return bytes(sock.recv(self.recv_bytes))
+                except ssl.SSLWantReadError:
+                    continue
+                except ssl.SSLWantWriteError:
+                    pass
+            select.select([], [sock], [])
+
+    def _send_tls(self, sock: Any, data: bytes, deadline: Optional[float]) -> bool:
+        # the writing half of _receive_tls's rule; a write OpenSSL could not finish is
+        # retried with the same bytes, as it requires. False: the deadline passed first
+        lock = self._tls_lock
+        assert lock is not None
+        view = memoryview(data)
+        while view:
+            with lock:
+                try:
+                    view = view[sock.send(view):]
+                    continue
+                except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                    pass
+            if deadline is None:
+                select.select([], [sock], [])
+            else:
+                left = deadline - monotonic()
+                if left <= 0 or not select.select([], [sock], [], left)[1]:
+                    return False
+        return True
 
     def cleanup(self) -> None:
         """Close the socket and forget it."""
@@ -614,8 +667,14 @@ class Transport(BaseTransport):
                         sock = self._wrap_tls(sock, host_and_port, params)
                     # the timeout bounds the connect only (see the class docstring)
                     sock.settimeout(None)
-                    if self.blocking is not None:
-                        sock.setblocking(self.blocking)
+                    if params is not None:
+                        # the TLS connection is driven non-blocking under a lock (_receive_tls)
+                        sock.setblocking(False)
+                        self._tls_lock = threading.Lock()
+                    else:
+                        self._tls_lock = None
+                        if self.blocking is not None:
+                            sock.setblocking(self.blocking)
                     self.socket = sock
                     self.current_host_and_port = host_and_port
                     log.info("established connection to host %s, port %s", *host_and_port)
