@@ -872,6 +872,49 @@ class AsyncClient:
             link.log_frames(">", data)
         return receipt
 
+    def ack_from_thread(self, message: Message) -> bool:
+        """(Any thread.) The common ACK (no receipt, no transaction, no headers) written by the calling thread.
+
+        The blocking client's ``for message in sub: message.ack()``: the ACK goes
+        to the socket from the consumer's thread, so the event loop does not wake
+        to write it. False, having sent nothing and left the message as it was,
+        whenever that is not safe at this moment (as :meth:`send_from_thread`:
+        not plain TCP on the stock asyncio loop, frames queued or being written
+        ahead of it, the asyncio write buffer not empty, a reconnect or a stall
+        under way, a message of another connection); the caller then queues it.
+        The caller has made the checks that need no I/O (a stale message, a
+        second ack) and knows nothing of its own is queued ahead of it.
+        """
+        link = self._link
+        transport = link.transport
+        if type(transport) is not AsyncioTransport or not transport.direct_ok:
+            return False
+        with self._registry_lock:
+            outbox = link.outbox
+            protocol = link.protocol
+            if (
+                self._link is not link
+                or self._state is not OPEN
+                or not link.alive
+                or outbox.out
+                or outbox.writing
+                or link.inbox.stalled
+                or message.session is not protocol
+            ):
+                return False
+            settled = message.settled
+            data = protocol.ack_plain(message)
+            if not transport.write_from_thread(data):
+                message.settled = settled
+                return False
+            # Threads' own counters, under the lock: the loop's are not.
+            self._counts.thread_acks += 1
+            self._counts.thread_bytes += len(data)
+            outbox.note_thread_write()
+        if frame_log.isEnabledFor(DEBUG):
+            link.log_frames(">", data)
+        return True
+
     def check_send(
         self, destination: str, headers: Optional[Mapping[str, Any]] = None, content_type: Optional[str] = None
     ) -> None:

@@ -208,14 +208,15 @@ class Counters:
     the current connection count what they do on themselves (writes, drops,
     heart-beats; reads, receipts, ERRORs); that joins these totals when the
     connection is replaced (:meth:`add_link`). The event loop increments them; a
-    blocking client's thread writing a SEND itself (``send_from_thread``) has
-    counters of its own (``thread_sends``, ``thread_bytes``), under the client's
-    registry lock, which :meth:`snapshot`'s caller holds too.
+    blocking client's thread writing a SEND or an ACK itself (``send_from_thread``,
+    ``ack_from_thread``) has counters of its own (``thread_sends``, ``thread_acks``,
+    ``thread_bytes``), under the client's registry lock, which :meth:`snapshot`'s
+    caller holds too.
     """
 
     __slots__ = (
         "frames_in", "bytes_in", "bytes_out", "entries_written", "entries_dropped", "frames_dropped",
-        "thread_sends", "thread_bytes", "connects", "heartbeats", "acks", "nacks", "control", "extra_frames",
+        "thread_sends", "thread_acks", "thread_bytes", "connects", "heartbeats", "acks", "nacks", "control", "extra_frames",
         "received_gone", "receipts_ok", "receipts_failed", "errors", "losses", "reconnects", "rtt",
     )
 
@@ -230,6 +231,7 @@ class Counters:
         # the same, frames only
         self.frames_dropped = 0
         self.thread_sends = 0
+        self.thread_acks = 0
         self.thread_bytes = 0
         self.connects = 0
         self.heartbeats = 0
@@ -284,6 +286,7 @@ class Counters:
             frames_dropped = self.frames_dropped + outbox.frames_dropped
             heartbeats = self.heartbeats + outbox.heartbeats
             thread_sends = self.thread_sends
+            thread_acks = self.thread_acks
             frames_in = self.frames_in + inbox.frames_in
             bytes_in = self.bytes_in + inbox.bytes_in
             received_gone = self.received_gone + inbox.received_gone
@@ -291,17 +294,17 @@ class Counters:
             receipts_failed = self.receipts_failed + inbox.receipts_failed
             errors = self.errors + inbox.errors
         heartbeats_queued = out.count(b"\n")
-        entries = written + entries_dropped + len(out) + thread_sends
+        entries = written + entries_dropped + len(out) + thread_sends + thread_acks
         heartbeats_written = heartbeats - heartbeats_queued - (entries_dropped - frames_dropped)
         inlets = list(subs)
         return ClientStats(
             frames_in=frames_in,
             bytes_in=bytes_in,
-            frames_out=written + thread_sends - heartbeats_written + self.connects + self.extra_frames,
+            frames_out=written + thread_sends + thread_acks - heartbeats_written + self.connects + self.extra_frames,
             bytes_out=bytes_out,
-            messages_sent=entries - self.acks - self.nacks - self.control - heartbeats,
+            messages_sent=entries - self.acks - thread_acks - self.nacks - self.control - heartbeats,
             messages_received=received_gone + sum(sub.seq for sub in inlets),
-            acks=self.acks,
+            acks=self.acks + thread_acks,
             nacks=self.nacks,
             receipts_confirmed=receipts_ok,
             receipts_failed=receipts_failed,

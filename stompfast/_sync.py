@@ -16,7 +16,9 @@ and it crosses as rarely as the guarantees allow:
   as :class:`SyncMessage`.
 * **Receipt-less sends and acks cross once per burst.** They go on an ordered
   queue (:class:`~stompfast._sync_outbox.ThreadOutbox`) written by one drainer task of the connection, woken
-  by the first frame of a burst with one cheap loop wake-up.
+  by the first frame of a burst with one cheap loop wake-up. A ``client-individual``
+  ACK with nothing queued ahead of it crosses nothing where the calling thread can
+  write it itself (:meth:`AsyncClient.ack_from_thread`, as for a receipted send).
 * **A receipted send crosses only back.** On the stock asyncio loop over plain
   TCP the calling thread writes the frame itself
   (:meth:`AsyncClient.send_from_thread`); elsewhere one loop callback does. The

@@ -38,7 +38,7 @@ class ThreadOutbox:
     """
 
     __slots__ = ("queue", "queued_bytes", "lock", "idle", "active", "wakeup", "ended", "error", "closed",
-                 "_client", "_send", "_check", "_limit_bytes", "_call_soon", "_loop_thread")
+                 "_client", "_send", "_check", "_ack_from_thread", "_limit_bytes", "_call_soon", "_loop_thread")
 
     def __init__(self, client: AsyncClient, call_soon: Callable[[Callable[[], Any]], Any],
                  loop_thread: threading.Thread, limit_bytes: int) -> None:
@@ -61,6 +61,7 @@ class ThreadOutbox:
         self._send = client.send
         # Raises what the session's version cannot carry
         self._check = client.check_send
+        self._ack_from_thread = client.ack_from_thread
         # Queued bytes beyond which a send waits (send_buffer_bytes)
         self._limit_bytes = limit_bytes
         self._call_soon = call_soon
@@ -154,6 +155,11 @@ class ThreadOutbox:
         # encoder takes the mark over (StompProtocol.ack_plain).
         if message.settled is not None:
             message.claim_settle("ACK")
+        # Nothing of ours queued or being written ahead of it: the thread writes it
+        # itself where the transport allows, so the loop does not wake to write it
+        # (``client`` mode's cumulative bookkeeping is the loop's, so it queues)
+        if not self.active and sub.ack_mode == "client-individual" and self._ack_from_thread(message):
+            return
         message.settled = ACK_QUEUED
         if len(self.queue) >= _FAST_MAX_MESSAGES:
             self.wait_written(timeout)

@@ -76,6 +76,10 @@ ALLOWED_FOREIGN_WRITES = {
     "_client.AsyncClient: sub.confirming",
     "_inbox.Inbox: sub.confirming",
     "_inbox.Inbox: sub.space",
+    # A blocking client's thread that could not write its ACK itself (ack_from_thread) gives
+    # the message back the mark the ACK's encoding took, under the registry lock, so that the
+    # queued ACK that follows can take it (the inverse of StompProtocol.ack_plain's mark).
+    "_client.AsyncClient: message.settled",
     # A transaction learns its id from the BEGIN the client made for it.
     "_client.AsyncClient: tx.id",
     # An exception's cause.

@@ -122,3 +122,57 @@ def test_receipted_sends_keep_their_place_among_queued_ones(backend):
             else:
                 assert not direct
         broker.wait_for_blocking(lambda: broker.connections == 0)  # the thread's socket dup did not keep it open
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_acks_written_by_the_thread_keep_their_place_and_their_count(backend, monkeypatch):
+    # `for m in sub: m.ack()` on client-individual: where it can, the consuming thread
+    # writes each ACK itself (no loop wake-up). The broker must still see every frame in
+    # the order of the calls (an ACK, then a queued SEND made after it), each message acked
+    # once, and stats() must count every ACK once, whoever wrote it.
+    from stompfast import AlreadySettledError, AsyncClient
+
+    name, options = backend
+    by_thread: List[str] = []
+    original = AsyncClient.ack_from_thread
+
+    def recording(self: Any, message: Any) -> bool:
+        done = original(self, message)
+        if done:
+            by_thread.append(message.ack_id)
+        return done
+
+    monkeypatch.setattr(AsyncClient, "ack_from_thread", recording)
+    n = 300
+    with Broker.in_thread() as broker:
+        with Client(broker.url, heart_beat=(0, 0), reconnect=False, backend=name, backend_options=options) as c:
+            for i in range(n):
+                c.send("/queue/acked", b"%d" % i)
+            expected: List[str] = []
+            with c.subscribe("/queue/acked", ack="client-individual") as sub:
+                for i in range(n):
+                    message = sub.receive(timeout=WAIT)
+                    message.ack()
+                    expected.append("ACK " + message.ack_id)
+                    if i % 3 == 0:
+                        c.send("/queue/after", b"%d" % i)
+                        expected.append("SEND %d" % i)
+                    with pytest.raises(AlreadySettledError):
+                        message.ack()
+                c.flush(timeout=WAIT)
+                assert broker.unacked("/queue/acked") == 0
+                assert broker.queue_depth("/queue/acked") == 0
+            stats = c.stats()
+            assert stats.acks == n
+            assert stats.messages_sent == n + n // 3
+        seen = []
+        for f in broker.received:
+            if f.command == "ACK":
+                seen.append("ACK " + f.headers["id"])
+            elif f.command == "SEND" and f.headers["destination"] == "/queue/after":
+                seen.append("SEND " + f.body.decode())
+        assert seen == expected
+    if name == "asyncio" and not options:
+        assert by_thread, "the stock asyncio loop should have let the thread write some ACKs"
+    else:
+        assert not by_thread

@@ -969,7 +969,7 @@ ASYNC_ONLY = {
     # reader; how consume's worker tasks wait (its threads wait in receive)
     "AsyncSubscription": {"handoff", "check_ack", "ack_nowait", "deliver_to", "wait_buffered", "wake"},
     # the blocking client's ways in (its send does not wait)
-    "AsyncClient": {"send_nowait", "send_from_thread", "check_send"},
+    "AsyncClient": {"send_nowait", "send_from_thread", "ack_from_thread", "check_send"},
 }
 
 TWINS = [
