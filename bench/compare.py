@@ -23,6 +23,10 @@ raw-socket baseline, stomp.py's and our async worker, the interleaved rounds) an
   ``stompman`` (stompman 3.x, an asyncio client: ``await client.send(body, dest)``,
   ``receipt_timeout=`` where a receipt is asked, ``subscribe``/``subscribe_with_manual_ack``
   with an async handler);
+* contenders from other languages, ``go-stomp`` (go-stomp v3.1.3, Go) and ``stompjs``
+  (@stomp/stompjs 7.5.0 on Node.js over plain TCP, @stomp/tcp-wrapper): programs of ours in
+  bench/polyglot, built into bench/.build on first use (n/a with the reason when go or node is
+  missing or the build fails), each timing its own window (bench/polyglot/__init__.py);
 * scenario 5, ``latency``: publish at a fixed rate (``--rate``, 10,000 msgs/s) for
   ``--duration`` seconds (3) with a consumer (ack auto) on the same queue on the same
   connection; every SEND carries ``x-ts`` (``perf_counter_ns`` at the send call), the
