@@ -23,6 +23,10 @@ raw-socket baseline, stomp.py's and our async worker, the interleaved rounds) an
   ``stompman`` (stompman 3.x, an asyncio client: ``await client.send(body, dest)``,
   ``receipt_timeout=`` where a receipt is asked, ``subscribe``/``subscribe_with_manual_ack``
   with an async handler);
+* contenders from other languages, ``go-stomp`` (go-stomp v3.1.3, Go) and ``stompjs``
+  (@stomp/stompjs 7.5.0 on Node.js over plain TCP, @stomp/tcp-wrapper): programs of ours in
+  bench/polyglot, built into bench/.build on first use (n/a with the reason when go or node is
+  missing or the build fails), each timing its own window (bench/polyglot/__init__.py);
 * scenario 5, ``latency``: publish at a fixed rate (``--rate``, 10,000 msgs/s) for
   ``--duration`` seconds (3) with a consumer (ack auto) on the same queue on the same
   connection; every SEND carries ``x-ts`` (``perf_counter_ns`` at the send call), the
@@ -50,6 +54,7 @@ os.environ.setdefault("STOMP_SKIP_HOSTNAME_SCAN", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import client_compare as cc  # noqa: E402
+import polyglot  # noqa: E402  (bench/polyglot: the go-stomp and stompjs programs, their build and run)
 
 perf_counter = time.perf_counter
 perf_ns = time.perf_counter_ns
@@ -72,11 +77,15 @@ CONTENDERS: Dict[str, Tuple[str, str]] = {
     "compat": ("compat", ""),
     # scenario 2 only: a blocking round trip with reads in another thread, at no protocol cost
     "floor-thread": ("threadfloor", ""), "floor-sync": ("syncfloor", ""),
+    # other languages' clients, programs of ours in bench/polyglot (built on first use)
+    "go-stomp": ("gostomp", ""), "stompjs": ("stompjs", ""),
 }
 LABELS = {"asyncio": "stompfast/asyncio", "uvloop": "stompfast/uvloop", "sync": "stompfast/sync",
           "sync-callback": "sync callback=", "sync-batch": "sync receive_batch",
           "stomppy": "stomp.py", "stompman": "stompman", "raw": "raw socket", "compat": "compat (stomp.py API)",
-          "floor-thread": "floor: recv thread", "floor-sync": "floor: loop thread"}
+          "floor-thread": "floor: recv thread", "floor-sync": "floor: loop thread",
+          "go-stomp": "go-stomp", "stompjs": "stompjs/tcp"}
+POLYGLOT = tuple(polyglot.PROGRAMS)  # contenders whose program is built by bench/polyglot
 SYNC_NAMES = ("sync", "sync-callback", "sync-batch")
 PRIMARY = "asyncio"
 FLOOR_ONLY = "a floor of the blocking receipt round trip only"
@@ -101,6 +110,22 @@ NOTES: Dict[Tuple[str, int], str] = {
     ("sync-callback", LATENCY): "sync consumes with a callback= subscription (its own thread)",
     ("sync-batch", DRAIN_AUTO): "sync receive_batch: receive_batch(1000) (an extra; the README loop is the sync row)",
     ("sync-batch", DRAIN_CLIENT): "sync receive_batch: receive_batch(1000), msg.ack() per message",
+    ("go-stomp", PUBLISH): "go-stomp v3.1.3: a Go program of ours (bench/polyglot/go) that times its own window "
+                           "(getrusage RUSAGE_SELF, every thread; monotonic clock); conn.Send per message, "
+                           "SendOpt.Receipt where a receipt is asked",
+    ("stompjs", PUBLISH): "stompjs 7.5.0: a Node program of ours (bench/polyglot/node) over plain TCP "
+                          "(@stomp/tcp-wrapper), timing its own window (process.cpuUsage(), every thread; "
+                          "hrtime); client.publish per message, watchForReceipt + {receipt} where one is asked",
+    ("go-stomp", DRAIN_CLIENT): "go-stomp's conn.Ack(msg) takes no receipt: its time ends when conn.Disconnect() "
+                                "returns, at the RECEIPT of the DISCONNECT written after the last ACK (which "
+                                "confirms every frame before it; v3.1.3's sub.Unsubscribe() can miss its receipt)",
+    ("go-stomp", LATENCY): "go-stomp: a consumer goroutine reads sub.C; sends paced with time.Sleep; x-ts from "
+                           "the process's monotonic clock; no receipt on SUBSCRIBE (go-stomp routes it to the "
+                           "subscription, which it closes)",
+    ("stompjs", DRAIN_CLIENT): "stompjs: message.ack() per message, the last message.ack({receipt}) "
+                               "with client.watchForReceipt; transport plain TCP (@stomp/tcp-wrapper)",
+    ("stompjs", LATENCY): "stompjs: paced with setTimeout (1 ms resolution, so bursts as the asyncio rows); "
+                          "x-ts from process.hrtime.bigint(); transport plain TCP (@stomp/tcp-wrapper)",
 }
 
 
@@ -512,9 +537,39 @@ def worker_raw(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
     return _latency_result(lat, got, tag, n)
 
 
+def _worker_polyglot(name: str, spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
+    """Run bench/polyglot's program for ``name`` on this measurement: the spec it gets holds the
+    exact headers the Python contenders send on this broker (routing, prefetch, window)."""
+    scenario, broker = spec["scenario"], spec.get("broker")
+    program_spec = {k: spec[k] for k in ("scenario", "host", "port", "login", "passcode", "dest", "n", "tag",
+                                         "timeout")}
+    program_spec["rate"] = spec.get("rate", 10000.0)
+    program_spec["send_headers"] = list(cc.send_headers(broker).items())
+    program_spec["subscribe_headers"] = list(cc.subscribe_headers(broker, scenario == DRAIN_CLIENT).items())
+    data = polyglot.run(name, program_spec, spec["timeout"] + 10, spec.get("broker_pid"))
+    win.result = data.pop("window")
+    out: Dict[str, Any] = {k: data[k] for k in ("server", "library", "runtime") if k in data}
+    if "received" in data:
+        n = spec["n"]
+        out.update(received=data["received"], distinct=data["distinct"],
+                   bodies_ok=data["received"] == n and data["distinct"] == n
+                   and data["bodies_sha256"] == polyglot.expected_sha256(spec["tag"].encode(), n))
+    if data.get("lat_ns"):
+        out["latency_us"] = percentiles(data["lat_ns"])
+    return out
+
+
+def worker_gostomp(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
+    return _worker_polyglot("go-stomp", spec, win)
+
+
+def worker_stompjs(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
+    return _worker_polyglot("stompjs", spec, win)
+
+
 WORKERS = {"ours": worker_ours, "sync": worker_sync, "stomppy": worker_stomppy, "compat": worker_compat,
            "stompman": worker_stompman,
-           "raw": worker_raw}
+           "raw": worker_raw, "gostomp": worker_gostomp, "stompjs": worker_stompjs}
 
 
 def run_worker(spec: Dict[str, Any]) -> int:
@@ -776,7 +831,7 @@ def print_table(run: Run, rows: List[Dict[str, Any]], stat: str) -> None:
           "(median). Ratios use the %s round." % stat)
 
 
-def evaluate_targets(all_rows: List[Dict[str, Any]], names: List[str]) -> List[Dict[str, Any]]:
+def evaluate_targets(all_rows: List[Dict[str, Any]], names: List[str], stat: str = "best") -> List[Dict[str, Any]]:
     out: List[Dict[str, Any]] = []
     primary = LABELS[PRIMARY]
     ours = [LABELS[n] for n in names if n in ("asyncio", "uvloop") + SYNC_NAMES]
@@ -843,7 +898,74 @@ def evaluate_targets(all_rows: List[Dict[str, Any]], names: List[str]) -> List[D
             "%s p99 latency at the fixed rate vs raw" % label,
             "-" if mine is None or theirs is None else "%.0f us (raw %.0f us)" % (mine, theirs),
             "<= raw + 1000 us" + ("" if judged else ", not judged"), mine)
+    polyglot_targets(index, brokers, names, stat, add)
     return out
+
+
+def polyglot_targets(index: Dict[Tuple[str, int, str], Dict[str, Any]], brokers: List[str], names: List[str],
+                     stat: str, add: Any) -> None:
+    """The issue's targets against the other languages' clients, measured in the same run.
+
+    AsyncClient (asyncio and uvloop each): throughput >= go-stomp's and >= stompjs's in scenarios
+    1, 3 and 4, client CPU per message <= 1.5x go-stomp's there, and in scenario 2 (latency-bound)
+    throughput within 10% of the faster of the two; the blocking client: >= 0.8x go-stomp's
+    throughput in every scenario it has (1-4). Every broker the run measured, the null sink included."""
+    rate_key, cpu_key = "msgs_per_s_%s" % stat, "cpu_us_%s" % stat
+
+    def row(b: str, s: int, name: str) -> Optional[Dict[str, Any]]:
+        r = index.get((b, s, LABELS[name]))
+        return None if r is None or "na" in r and r["na"] not in ("FAILED", "not run") else r
+
+    def ratio(mine: Optional[Dict[str, Any]], theirs: Optional[Dict[str, Any]], key: str) -> Optional[float]:
+        a, b = (mine or {}).get(key), (theirs or {}).get(key)
+        return a / b if a is not None and b else None
+
+    others = [n for n in POLYGLOT if n in names]
+    for b in brokers:
+        for me in [n for n in ("asyncio", "uvloop") if n in names]:
+            label = LABELS[me]
+            for s in (PUBLISH, DRAIN_AUTO, DRAIN_CLIENT):
+                mine = row(b, s, me)
+                if mine is None:
+                    continue
+                for other in others:
+                    theirs = row(b, s, other)
+                    if theirs is None:
+                        continue
+                    v = ratio(mine, theirs, rate_key)
+                    add("PASS" if v is not None and v >= 1.0 else "FAIL", b,
+                        "%s msgs/s vs %s, %d %s" % (label, LABELS[other], s, SCENARIOS[s]),
+                        "-" if v is None else "%.2fx (%s/s vs %s/s)" % (v, fmt_n(mine[rate_key] or 0),
+                                                                       fmt_n(theirs[rate_key] or 0)),
+                        ">= 1x", v)
+                theirs = row(b, s, "go-stomp") if "go-stomp" in others else None
+                if theirs is not None:
+                    v = ratio(mine, theirs, cpu_key)
+                    add("PASS" if v is not None and v <= 1.5 else "FAIL", b,
+                        "%s CPU us/msg vs go-stomp, %d %s" % (label, s, SCENARIOS[s]),
+                        "-" if v is None else "%.2fx (%.2f vs %.2f us)" % (v, mine[cpu_key], theirs[cpu_key]),
+                        "<= 1.5x", v)
+            mine = row(b, RECEIPTS, me)
+            fastest = max((r for r in (row(b, RECEIPTS, o) for o in others) if r is not None and r.get(rate_key)),
+                          key=lambda r: r[rate_key], default=None)
+            if mine is not None and fastest is not None:
+                v = ratio(mine, fastest, rate_key)
+                add("PASS" if v is not None and v >= 0.9 else "FAIL", b,
+                    "%s msgs/s vs the faster of %s, %d %s" % (label, "/".join(LABELS[o] for o in others), RECEIPTS,
+                                                              SCENARIOS[RECEIPTS]),
+                    "-" if v is None else "%.2fx of %s (%s/s)" % (v, fastest["contender"], fmt_n(fastest[rate_key])),
+                    ">= 0.9x", v)
+        if "sync" in names and "go-stomp" in others:
+            for s in (PUBLISH, RECEIPTS, DRAIN_AUTO, DRAIN_CLIENT):
+                mine, theirs = row(b, s, "sync"), row(b, s, "go-stomp")
+                if mine is None or theirs is None:
+                    continue
+                v = ratio(mine, theirs, rate_key)
+                add("PASS" if v is not None and v >= 0.8 else "FAIL", b,
+                    "%s msgs/s vs go-stomp, %d %s" % (LABELS["sync"], s, SCENARIOS[s]),
+                    "-" if v is None else "%.2fx (%s/s vs %s/s)" % (v, fmt_n(mine[rate_key] or 0),
+                                                                   fmt_n(theirs[rate_key] or 0)),
+                    ">= 0.8x", v)
 
 
 def write_png(path: str, all_rows: List[Dict[str, Any]], labels: List[str], title: str) -> Optional[str]:
@@ -956,6 +1078,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return run_worker(json.loads(args.worker))
     run_id = "%x%04x" % (int(time.time()), os.getpid() & 0xFFFF)
     names = args.contender_list
+    for name in names:
+        if name in POLYGLOT:  # build (or find built) before anything is measured; n/a with the reason if not
+            _, why = polyglot.ensure(name)
+            if why:
+                for s in SCENARIOS:
+                    NOT_APPLICABLE[(name, "*", s)] = why
     contenders = [CONTENDERS[c] for c in names]
     labels = [LABELS[c] for c in names]
     env = cc.environment()
@@ -974,6 +1102,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           % (env["python"], env["cpu"], env["cpus"], env.get("loadavg", "?")))
     print("stompfast %s (scanner: %s) on anyio %s, uvloop %s; stomp.py %s; stompman %s"
           % (env["stompfast"], env["scanner"], env["anyio"], env["uvloop"], env["stomp.py"], env["stompman"]))
+    env.update(polyglot.versions(names))
+    if any(n in POLYGLOT for n in names):
+        print("other languages: %s" % "; ".join("%s %s%s" % (n, env[n], "" if not not_applicable(n, "*", PUBLISH)
+                                                               else " n/a: " + not_applicable(n, "*", PUBLISH))
+                                                for n in names if n in POLYGLOT))
     print("brokers: %s; contenders: %s; scenarios %s; N=%s, receipts %s, latency %s msgs/s x %.1f s; %d rounds"
           % (", ".join(args.broker_list), ", ".join(labels), ",".join(map(str, args.scenarios)), fmt_n(args.n),
              fmt_n(args.receipts), fmt_n(args.rate), args.duration, args.rounds))
@@ -1042,10 +1175,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for note in notes:
         print("note: " + note)
 
-    targets = evaluate_targets(all_rows, names)
+    targets = evaluate_targets(all_rows, names, args.stat)
     print()
-    print("TARGETS (%s of %d rounds; judged for %s, other clients of ours as INFO)"
-          % (args.stat, args.rounds, LABELS[PRIMARY]))
+    print("TARGETS (%s of %d rounds; judged for %s, other clients of ours as INFO%s)"
+          % (args.stat, args.rounds, LABELS[PRIMARY],
+             "; the targets against go-stomp and stompjs are judged for each client of ours they name"
+             if any(n in POLYGLOT for n in names) else ""))
     for t in targets:
         print("  %-4s %-9s %-58s %-26s (%s)" % (t["verdict"], t["broker"], t["target"], t["shown"],
                                                  t["threshold_shown"]))
