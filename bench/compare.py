@@ -43,6 +43,7 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -75,7 +76,8 @@ CONTENDERS: Dict[str, Tuple[str, str]] = {
     "stomppy": ("stomppy", ""), "stompman": ("stompman", ""), "raw": ("raw", ""),
     # stomp.py's own worker code, unchanged, with `import stomp` giving stompfast.compat.stomp
     "compat": ("compat", ""),
-    # scenario 2 only: a blocking round trip with reads in another thread, at no protocol cost
+    # floors of the blocking client at no protocol cost: a round trip with reads in another thread
+    # (scenario 2; floor-sync also the drains, scenarios 3 and 4, with reads in a loop thread)
     "floor-thread": ("threadfloor", ""), "floor-sync": ("syncfloor", ""),
     # other languages' clients, programs of ours in bench/polyglot (built on first use)
     "go-stomp": ("gostomp", ""), "stompjs": ("stompjs", ""),
@@ -88,7 +90,7 @@ LABELS = {"asyncio": "stompfast/asyncio", "uvloop": "stompfast/uvloop", "sync": 
 POLYGLOT = tuple(polyglot.PROGRAMS)  # contenders whose program is built by bench/polyglot
 SYNC_NAMES = ("sync", "sync-callback", "sync-batch")
 PRIMARY = "asyncio"
-FLOOR_ONLY = "a floor of the blocking receipt round trip only"
+FLOOR_ONLY = "a floor of the blocking client's round trip (and, loop thread, its drains) only"
 # What a contender cannot do, per (contender, broker or "*", scenario): the reason, printed as n/a.
 NOT_APPLICABLE: Dict[Tuple[str, str, int], str] = {
     ("*", "null", LATENCY): "the null sink discards SENDs: nothing to consume",
@@ -96,8 +98,9 @@ NOT_APPLICABLE: Dict[Tuple[str, str, int], str] = {
        for name in ("sync-callback", "sync-batch") for s in (PUBLISH, RECEIPTS)},
     ("sync-batch", "*", LATENCY): "the latency row's consumer is the callback",
     ("sync", "*", LATENCY): "the latency row's consumer is the callback (see sync callback=)",
-    **{(name, "*", s): FLOOR_ONLY
-       for name in ("floor-thread", "floor-sync") for s in (PUBLISH, DRAIN_AUTO, DRAIN_CLIENT, LATENCY)},
+    **{("floor-thread", "*", s): FLOOR_ONLY for s in (PUBLISH, DRAIN_AUTO, DRAIN_CLIENT, LATENCY)},
+    # the loop-thread floor also has the drains: the README's blocking loops (_drain_thread_floor)
+    **{("floor-sync", "*", s): FLOOR_ONLY for s in (PUBLISH, LATENCY)},
 }
 # How a contender's measurement differs from the scenario's definition (printed under the table).
 NOTES: Dict[Tuple[str, int], str] = {
@@ -567,7 +570,129 @@ def worker_stompjs(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
     return _worker_polyglot("stompjs", spec, win)
 
 
+def worker_syncfloor(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
+    if spec["scenario"] in (DRAIN_AUTO, DRAIN_CLIENT):
+        return _drain_thread_floor(spec, win)
+    return cc.worker_syncfloor(spec, win)
+
+
+def _drain_thread_floor(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
+    """Scenarios 3 and 4: the least ``for m in sub: m.ack()`` costs when the reads happen in a loop thread.
+
+    The blocking client's shape with nothing of STOMP but ``bytes.find``: a stock asyncio
+    loop in a thread of its own reads into one reused buffer (a ``BufferedProtocol``), cuts
+    each read into frames, appends each MESSAGE's (ack id, body) to a deque and notifies a
+    Condition once per read; the calling thread takes them one at a time, waiting on the
+    Condition only when the deque is empty, and in client-individual mode writes each
+    message's ACK to the socket itself, one send per ACK (the last with a receipt, waited
+    for). The gap between the single-threaded raw socket and this is what the second thread
+    costs by itself.
+    """
+    import collections
+
+    client_ack = spec["scenario"] == DRAIN_CLIENT
+    dest, n, tag = spec["dest"].encode(), spec["n"], spec["tag"].encode()
+    broker = spec.get("broker")
+    sock, buf = cc.raw_connect(spec["host"], spec["port"], spec["login"], spec["passcode"], spec["timeout"])
+    items: Any = collections.deque()
+    ready = threading.Condition()
+    state: Dict[str, Any] = {"buf": buf, "receipt": False, "error": None}
+
+    def on_bytes(data: bytes) -> None:  # in the loop thread
+        b = state["buf"] + data if state["buf"] else data
+        find, startswith = b.find, b.startswith
+        got = []
+        pos = 0
+        while True:
+            end = find(b"\x00", pos)
+            if end < 0:
+                break
+            while b[pos] == 10:
+                pos += 1
+            if startswith(b"MESSAGE", pos):
+                hend = find(b"\n\n", pos, end)
+                ack = b""
+                if client_ack:
+                    a = find(b"\nack:", pos, hend) + 5
+                    ack = b[a:find(b"\n", a)]
+                got.append((ack, b[hend + 2:end]))
+            elif startswith(b"RECEIPT", pos):
+                state["receipt"] = True
+                got.append(None)
+            pos = end + 1
+        state["buf"] = b[pos:]
+        if got:
+            with ready:
+                items.extend(got)
+                ready.notify()
+
+    def on_end(error: Optional[BaseException]) -> None:
+        with ready:
+            state["error"] = error or Failure("the broker closed the connection")
+            ready.notify()
+
+    class Reader(asyncio.BufferedProtocol):
+        view = memoryview(bytearray(65536))
+
+        def get_buffer(self, sizehint: int) -> memoryview:
+            return self.view
+
+        def buffer_updated(self, nbytes: int) -> None:
+            on_bytes(bytes(self.view[:nbytes]))
+
+        def connection_lost(self, exc: Optional[BaseException]) -> None:
+            on_end(exc)
+
+    loop = asyncio.new_event_loop()
+    reader = threading.Thread(target=loop.run_forever, daemon=True)
+    reader.start()
+    reading = socket.socket(fileno=os.dup(sock.fileno()))  # asyncio owns this one; we write on `sock`
+    reading.setblocking(False)
+    asyncio.run_coroutine_threadsafe(loop.create_connection(Reader, sock=reading), loop).result(10)
+    timeout = spec["timeout"]
+    bodies: List[bytes] = []
+    try:
+        win.start()
+        sock.sendall(cc.raw_subscribe_frame(dest, client_ack, broker))
+        popleft, append, send = items.popleft, bodies.append, sock.sendall
+        while len(bodies) < n:
+            if not items:
+                with ready:
+                    while not items and state["error"] is None:
+                        if not ready.wait(timeout):
+                            raise Failure("%d of %d messages before the timeout" % (len(bodies), n))
+                if not items:
+                    raise state["error"]
+            item = popleft()
+            if item is None:
+                continue
+            ack, body = item
+            append(body)
+            if client_ack:
+                if len(bodies) == n:
+                    send(b"ACK\nid:%s\nreceipt:done\n\n\x00" % ack)
+                else:
+                    send(b"ACK\nid:%s\n\n\x00" % ack)
+        if client_ack:
+            with ready:
+                while not state["receipt"] and state["error"] is None:
+                    if not ready.wait(timeout):
+                        raise Failure("no RECEIPT for the last ACK")
+        win.stop()
+    finally:
+        try:
+            sock.sendall(b"DISCONNECT\n\n\x00")
+        except OSError:
+            pass
+        sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+        loop.call_soon_threadsafe(loop.stop)
+        reader.join(5)
+    return cc.check_bodies(bodies, tag, n)
+
+
 WORKERS = {"ours": worker_ours, "sync": worker_sync, "stomppy": worker_stomppy, "compat": worker_compat,
+           "syncfloor": worker_syncfloor,
            "stompman": worker_stompman,
            "raw": worker_raw, "gostomp": worker_gostomp, "stompjs": worker_stompjs}
 

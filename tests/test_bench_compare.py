@@ -260,3 +260,16 @@ def test_polyglot_targets() -> None:
         "stompfast/sync msgs/s vs go-stomp, 1 publish": "FAIL",
         "stompfast/sync msgs/s vs go-stomp, 2 send+receipt": "PASS",
     }
+
+
+def test_the_loop_thread_floor_drains_the_null_sink(tmp_path: Path) -> None:
+    # issue 26: the floor of the blocking client's drains (reads in an asyncio loop thread,
+    # taking and acking in the caller's thread, nothing of STOMP but bytes.find) gives real
+    # numbers in scenarios 3 and 4, with every body checked, and stays n/a where it is no floor
+    data, text = run_compare(tmp_path, ["--brokers", "null", "--contenders", "floor-sync", "--scenarios", "1,2,3,4",
+                                        "--n", "1000", "--receipts", "100", "--preflight-n", "100"])
+    label = compare.LABELS["floor-sync"]
+    measured = [r for r in data["rows"] if r["contender"] == label and "na" not in r]
+    assert sorted(r["scenario"] for r in measured) == [2, 3, 4], text
+    assert_measured({"failures": data["failures"], "rows": measured, "measurements": data["measurements"]},
+                    "null", label, [2, 3, 4], text)
