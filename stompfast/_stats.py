@@ -216,7 +216,8 @@ class Counters:
 
     __slots__ = (
         "frames_in", "bytes_in", "bytes_out", "entries_written", "entries_dropped", "frames_dropped",
-        "thread_sends", "thread_acks", "thread_bytes", "connects", "heartbeats", "acks", "nacks", "control", "extra_frames",
+        "thread_sends", "thread_acks", "thread_bytes", "connects", "heartbeats", "acks", "nacks", "control",
+        "extra_frames",
         "received_gone", "receipts_ok", "receipts_failed", "errors", "losses", "reconnects", "rtt",
     )
 
