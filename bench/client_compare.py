@@ -118,7 +118,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 # stomp.utils resolves host names at import time; irrelevant here and it can stall.
 os.environ.setdefault("STOMP_SKIP_HOSTNAME_SCAN", "1")
@@ -795,6 +795,38 @@ def worker_aiofloor(spec: Dict[str, Any], win: Window) -> Dict[str, Any]:
     return {}
 
 
+def start_loop_reader(sock: socket.socket, on_bytes: Callable[[bytes], None],
+                      on_end: Callable[[Optional[BaseException]], None]) -> Tuple[Any, Any]:
+    """A stock asyncio loop in a daemon thread reading ``sock`` (a duplicate of it) as our blocking client does.
+
+    Reads land in one reused buffer (an ``asyncio.BufferedProtocol``) and go to
+    ``on_bytes`` in the loop thread; ``on_end(error)`` when the connection ends. The
+    caller keeps writing on ``sock``; returns ``(loop, thread)``.
+    """
+    import asyncio
+    import threading
+
+    class Reader(asyncio.BufferedProtocol):
+        view = memoryview(bytearray(65536))
+
+        def get_buffer(self, sizehint: int) -> memoryview:
+            return self.view
+
+        def buffer_updated(self, nbytes: int) -> None:
+            on_bytes(bytes(self.view[:nbytes]))
+
+        def connection_lost(self, exc: Optional[BaseException]) -> None:
+            on_end(exc)
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    reading = socket.socket(fileno=os.dup(sock.fileno()))  # asyncio owns this one; the caller writes on `sock`
+    reading.setblocking(False)
+    asyncio.run_coroutine_threadsafe(loop.create_connection(Reader, sock=reading), loop).result(10)
+    return loop, thread
+
+
 def _thread_floor(spec: Dict[str, Any], win: Window, asyncio_reader: bool) -> Dict[str, Any]:
     """Scenario 2 only: the least a blocking client whose reads happen in another thread does.
 
@@ -806,7 +838,6 @@ def _thread_floor(spec: Dict[str, Any], win: Window, asyncio_reader: bool) -> Di
     heart-beats while the caller is busy); without it a plain thread blocked in
     ``recv`` (stomp.py's design).
     """
-    import asyncio
     import threading
 
     if spec["scenario"] != RECEIPTS:
@@ -833,24 +864,7 @@ def _thread_floor(spec: Dict[str, Any], win: Window, asyncio_reader: bool) -> Di
 
     loop: Any = None
     if asyncio_reader:
-        class Reader(asyncio.BufferedProtocol):
-            view = memoryview(bytearray(65536))
-
-            def get_buffer(self, sizehint: int) -> memoryview:
-                return self.view
-
-            def buffer_updated(self, nbytes: int) -> None:
-                on_bytes(bytes(self.view[:nbytes]))
-
-            def connection_lost(self, exc: Optional[BaseException]) -> None:
-                on_end(exc)
-
-        loop = asyncio.new_event_loop()
-        reader = threading.Thread(target=loop.run_forever, daemon=True)
-        reader.start()
-        reading = socket.socket(fileno=os.dup(sock.fileno()))  # asyncio owns this one; we write on `sock`
-        reading.setblocking(False)
-        asyncio.run_coroutine_threadsafe(loop.create_connection(Reader, sock=reading), loop).result(10)
+        loop, reader = start_loop_reader(sock, on_bytes, on_end)
     else:
         def read_loop() -> None:
             try:

@@ -631,24 +631,7 @@ def _drain_thread_floor(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
             state["error"] = error or Failure("the broker closed the connection")
             ready.notify()
 
-    class Reader(asyncio.BufferedProtocol):
-        view = memoryview(bytearray(65536))
-
-        def get_buffer(self, sizehint: int) -> memoryview:
-            return self.view
-
-        def buffer_updated(self, nbytes: int) -> None:
-            on_bytes(bytes(self.view[:nbytes]))
-
-        def connection_lost(self, exc: Optional[BaseException]) -> None:
-            on_end(exc)
-
-    loop = asyncio.new_event_loop()
-    reader = threading.Thread(target=loop.run_forever, daemon=True)
-    reader.start()
-    reading = socket.socket(fileno=os.dup(sock.fileno()))  # asyncio owns this one; we write on `sock`
-    reading.setblocking(False)
-    asyncio.run_coroutine_threadsafe(loop.create_connection(Reader, sock=reading), loop).result(10)
+    loop, reader = cc.start_loop_reader(sock, on_bytes, on_end)
     timeout = spec["timeout"]
     bodies: List[bytes] = []
     try:

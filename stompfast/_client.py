@@ -842,16 +842,7 @@ class AsyncClient:
         body, content_type = body_bytes(body, content_type)
         with self._registry_lock:
             outbox = link.outbox
-            # The link read above must still be the client's: a reconnect installs
-            # a new one under this lock.
-            if (
-                self._link is not link
-                or self._state is not OPEN
-                or not link.alive
-                or outbox.out
-                or outbox.writing
-                or link.inbox.stalled
-            ):
+            if not self._thread_may_write(link):
                 return None
             receipt_id = "t%d" % next(self._thread_receipts)
             data = link.protocol.encode_send(destination, body, headers, content_type, receipt_id)
@@ -871,6 +862,23 @@ class AsyncClient:
         if frame_log.isEnabledFor(DEBUG):
             link.log_frames(">", data)
         return receipt
+
+    def _thread_may_write(self, link: Link) -> bool:
+        """(Under the registry lock.) Whether a thread's frame written now is the next on ``link``'s wire.
+
+        The link read before taking the lock must still be the client's (a reconnect
+        installs a new one under this lock), open and alive, with nothing queued or
+        being written by the loop and no stall under way.
+        """
+        outbox = link.outbox
+        return not (
+            self._link is not link
+            or self._state is not OPEN
+            or not link.alive
+            or outbox.out
+            or outbox.writing
+            or link.inbox.stalled
+        )
 
     def ack_from_thread(self, message: Message) -> bool:
         """(Any thread.) The common ACK (no receipt, no transaction, no headers) written by the calling thread.
@@ -892,15 +900,7 @@ class AsyncClient:
         with self._registry_lock:
             outbox = link.outbox
             protocol = link.protocol
-            if (
-                self._link is not link
-                or self._state is not OPEN
-                or not link.alive
-                or outbox.out
-                or outbox.writing
-                or link.inbox.stalled
-                or message.session is not protocol
-            ):
+            if message.session is not protocol or not self._thread_may_write(link):
                 return False
             settled = message.settled
             data = protocol.ack_plain(message)
