@@ -79,18 +79,20 @@ CONTENDERS: Dict[str, Tuple[str, str]] = {
     # floors of the blocking client at no protocol cost: a round trip with reads in another thread
     # (scenario 2; floor-sync also the drains, scenarios 3 and 4, with reads in a loop thread)
     "floor-thread": ("threadfloor", ""), "floor-sync": ("syncfloor", ""),
+    # scenario 2: the least any client on the stock asyncio loop does per round trip
+    "floor-asyncio": ("aiofloor", ""),
     # other languages' clients, programs of ours in bench/polyglot (built on first use)
     "go-stomp": ("gostomp", ""), "stompjs": ("stompjs", ""),
 }
 LABELS = {"asyncio": "stompfast/asyncio", "uvloop": "stompfast/uvloop", "sync": "stompfast/sync",
           "sync-callback": "sync callback=", "sync-batch": "sync receive_batch",
           "stomppy": "stomp.py", "stompman": "stompman", "raw": "raw socket", "compat": "compat (stomp.py API)",
-          "floor-thread": "floor: recv thread", "floor-sync": "floor: loop thread",
+          "floor-thread": "floor: recv thread", "floor-sync": "floor: loop thread", "floor-asyncio": "floor: asyncio",
           "go-stomp": "go-stomp", "stompjs": "stompjs/tcp"}
 POLYGLOT = tuple(polyglot.PROGRAMS)  # contenders whose program is built by bench/polyglot
 SYNC_NAMES = ("sync", "sync-callback", "sync-batch")
 PRIMARY = "asyncio"
-FLOOR_ONLY = "a floor of the blocking client's round trip (and, loop thread, its drains) only"
+FLOOR_ONLY = "a floor of a round trip (and, loop thread, of the blocking client's drains) only"
 # What a contender cannot do, per (contender, broker or "*", scenario): the reason, printed as n/a.
 NOT_APPLICABLE: Dict[Tuple[str, str, int], str] = {
     ("*", "null", LATENCY): "the null sink discards SENDs: nothing to consume",
@@ -98,7 +100,8 @@ NOT_APPLICABLE: Dict[Tuple[str, str, int], str] = {
        for name in ("sync-callback", "sync-batch") for s in (PUBLISH, RECEIPTS)},
     ("sync-batch", "*", LATENCY): "the latency row's consumer is the callback",
     ("sync", "*", LATENCY): "the latency row's consumer is the callback (see sync callback=)",
-    **{("floor-thread", "*", s): FLOOR_ONLY for s in (PUBLISH, DRAIN_AUTO, DRAIN_CLIENT, LATENCY)},
+    **{(name, "*", s): FLOOR_ONLY
+       for name in ("floor-thread", "floor-asyncio") for s in (PUBLISH, DRAIN_AUTO, DRAIN_CLIENT, LATENCY)},
     # the loop-thread floor also has the drains: the README's blocking loops (_drain_thread_floor)
     **{("floor-sync", "*", s): FLOOR_ONLY for s in (PUBLISH, LATENCY)},
 }
