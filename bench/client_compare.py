@@ -827,6 +827,19 @@ def start_loop_reader(sock: socket.socket, on_bytes: Callable[[bytes], None],
     return loop, thread
 
 
+def close_threaded(sock: socket.socket, loop: Any, reader: Any) -> None:
+    """Say DISCONNECT (best effort), close ``sock`` (which ends a reader blocked in it), stop ``loop`` if any, join."""
+    try:
+        sock.sendall(b"DISCONNECT\n\n\x00")
+    except OSError:
+        pass
+    sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
+    if loop is not None:
+        loop.call_soon_threadsafe(loop.stop)
+    reader.join(5)
+
+
 def _thread_floor(spec: Dict[str, Any], win: Window, asyncio_reader: bool) -> Dict[str, Any]:
     """Scenario 2 only: the least a blocking client whose reads happen in another thread does.
 
@@ -898,15 +911,7 @@ def _thread_floor(spec: Dict[str, Any], win: Window, asyncio_reader: bool) -> Di
             state["buf"] = state["buf"][end + 1:]
         win.stop()
     finally:
-        try:
-            sock.sendall(b"DISCONNECT\n\n\x00")
-        except OSError:
-            pass
-        sock.shutdown(socket.SHUT_RDWR)
-        sock.close()
-        if loop is not None:
-            loop.call_soon_threadsafe(loop.stop)
-        reader.join(5)
+        close_threaded(sock, loop, reader)
     return {}
 
 

@@ -43,7 +43,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -666,14 +665,7 @@ def _drain_thread_floor(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
                         raise Failure("no RECEIPT for the last ACK")
         win.stop()
     finally:
-        try:
-            sock.sendall(b"DISCONNECT\n\n\x00")
-        except OSError:
-            pass
-        sock.shutdown(socket.SHUT_RDWR)
-        sock.close()
-        loop.call_soon_threadsafe(loop.stop)
-        reader.join(5)
+        cc.close_threaded(sock, loop, reader)
     return cc.check_bodies(bodies, tag, n)
 
 
