@@ -14,8 +14,9 @@ A chunk of nothing but line ends, with no partial frame pending, is a heart-beat
 the frame with :func:`stompfast.encode_frame` and writes it with ``sendall`` under a
 lock, in the calling thread. On TLS the socket is non-blocking and every read and write
 of the TLS connection is made under a second lock (an OpenSSL connection is not safe for
-both at once), with the waits done by ``select`` outside it. Nothing here is bounded that stomp.py leaves unbounded,
-except where a stompfast addition (a ``timeout`` argument) says so.
+both at once), with the waits done by ``select`` outside it. Nothing here is bounded that
+stomp.py leaves unbounded, except where a stompfast addition (a ``timeout`` argument, the
+connection's ``wait_timeout``) says so.
 """
 
 import errno
@@ -581,7 +582,7 @@ class Transport(BaseTransport):
                 select.select([sock], [], [])
             with lock:
                 try:
-                    return bytes(sock.recv(self.recv_bytes))
+                    return sock.recv(self.recv_bytes)
                 except ssl.SSLWantReadError:
                     continue
                 except ssl.SSLWantWriteError:
