@@ -582,7 +582,8 @@ class Transport(BaseTransport):
                 select.select([sock], [], [])
             with lock:
                 try:
-                    return sock.recv(self.recv_bytes)
+                    data: bytes = sock.recv(self.recv_bytes)
+                    return data
                 except ssl.SSLWantReadError:
                     continue
                 except ssl.SSLWantWriteError:
