@@ -827,7 +827,7 @@ class AsyncClient:
         The blocking client's round trip: no hop into the event loop to send, so
         the loop wakes only for the RECEIPT (``on_done(receipt)`` is then called
         in the loop). Returns None, having sent nothing, whenever that is not
-        safe at this moment: not plain TCP on the stock asyncio loop, frames
+        safe at this moment: not plain TCP on asyncio (the stock loop or uvloop), frames
         queued or being written ahead of this one (order), the asyncio write
         buffer not empty, a reconnect or a stall under way. The caller then
         sends through the loop.
@@ -887,7 +887,7 @@ class AsyncClient:
         to the socket from the consumer's thread, so the event loop does not wake
         to write it. False, having sent nothing and left the message as it was,
         whenever that is not safe at this moment (as :meth:`send_from_thread`:
-        not plain TCP on the stock asyncio loop, frames queued or being written
+        not plain TCP on asyncio (the stock loop or uvloop), frames queued or being written
         ahead of it, the asyncio write buffer not empty, a reconnect or a stall
         under way, a message of another connection); the caller then queues it.
         The caller has made the checks that need no I/O (a stale message, a

@@ -32,6 +32,7 @@ import asyncio
 import os
 import socket
 import ssl
+import sys
 import threading
 from collections import deque
 from typing import Any, Callable, Deque, Optional, Protocol
@@ -243,7 +244,7 @@ class AsyncioTransport:
         self._protocol = protocol
         self.peer = peer
         self.closed = False
-        #: another thread may write through :meth:`write_from_thread` (plain TCP, stock asyncio loop)
+        #: another thread may write through :meth:`write_from_thread` (plain TCP, the stock loop or uvloop)
         self.direct_ok = direct_ok
         # Every write, the loop's and a thread's, holds this lock, so their bytes
         # never interleave; a thread's partial write leaves its rest in _tail,
@@ -450,10 +451,28 @@ async def _open_asyncio(
         transport, protocol = await loop.create_connection(
             _BufferedProtocol, host, port, ssl=ssl_context, server_hostname=server_hostname or host
         )
-    # Threads may write a plain TCP socket of the stock selector loop directly (the
-    # blocking client's receipted sends); TLS and uvloop transports keep their own.
-    direct_ok = ssl_context is None and isinstance(loop, asyncio.selector_events.BaseSelectorEventLoop)
+    # Threads may write a plain TCP socket directly (the blocking client's receipted
+    # sends and acks) where the loop's transport writes to the kernel in its write()
+    # call or keeps the unwritten bytes counted in get_write_buffer_size() until
+    # the kernel has them: the stock selector loop and uvloop. A TLS transport
+    # keeps its own state (the SSL object), which only the loop may touch.
+    direct_ok = ssl_context is None and _writes_through(loop)
     return AsyncioTransport(transport, protocol, peer, direct_ok)
+
+
+def _writes_through(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop``'s TCP transports are safe for :meth:`AsyncioTransport.write_from_thread`.
+
+    The stock selector loop, and uvloop: its ``write()`` tries the socket at
+    once and counts what the kernel did not take (its own buffer, then libuv's
+    write queue) until it is written, so an empty write buffer seen under the
+    transport's lock means every byte handed to it is on the wire. Other loops
+    (the proactor, unknown ones) are left to write for themselves.
+    """
+    if isinstance(loop, asyncio.selector_events.BaseSelectorEventLoop):
+        return True
+    uvloop = sys.modules.get("uvloop")
+    return uvloop is not None and isinstance(loop, uvloop.Loop)
 
 
 async def _open_asyncio_ws(

@@ -1,8 +1,8 @@
 """A thread writing a receipted SEND itself (the blocking client's round trip): order and the partial write.
 
-The direct path exists on the stock asyncio loop over plain TCP only
-(``AsyncioTransport.write_from_thread``); elsewhere it declines and the loop
-writes. Its one delicate case is a partial write: the rest must reach the wire
+The direct path exists on asyncio (the stock loop and uvloop) over plain TCP
+only (``AsyncioTransport.write_from_thread``); elsewhere it declines and the
+loop writes. Its one delicate case is a partial write: the rest must reach the wire
 before anything written after it, by the loop or by another thread.
 """
 
@@ -50,7 +50,10 @@ class SlowReader:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("anyio_backend", [pytest.param(("asyncio", {}), id="asyncio")])
+@pytest.mark.parametrize(
+    "anyio_backend",
+    [pytest.param(("asyncio", {}), id="asyncio"), pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio-uvloop")],
+)
 async def test_a_partial_thread_write_reaches_the_wire_before_what_follows(anyio_backend):
     server = SlowReader()
     transport: Any = await open_transport("127.0.0.1", server.port)
@@ -75,16 +78,39 @@ async def test_a_partial_thread_write_reaches_the_wire_before_what_follows(anyio
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(
-    "anyio_backend",
-    [pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio-uvloop"), pytest.param(("trio", {}), id="trio")],
-)
-async def test_the_direct_path_declines_off_the_stock_asyncio_loop(anyio_backend):
+@pytest.mark.parametrize("anyio_backend", [pytest.param(("trio", {}), id="trio")])
+async def test_the_direct_path_declines_off_asyncio(anyio_backend):
     server = SlowReader()
     transport: Any = await open_transport("127.0.0.1", server.port)
     assert not getattr(transport, "direct_ok", False)
     server.start.set()
     await transport.aclose()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "anyio_backend",
+    [pytest.param(("asyncio", {}), id="asyncio"), pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio-uvloop")],
+)
+async def test_a_thread_declines_while_the_loops_own_write_is_unfinished(anyio_backend):
+    # The loop's transport took a big write the kernel could not: until those bytes are
+    # on the wire (uvloop keeps them in its buffer, then in libuv's queue) a thread's
+    # write would jump ahead of them, so it must decline; once they are out it may write.
+    server = SlowReader()
+    transport: Any = await open_transport("127.0.0.1", server.port)
+    assert transport.direct_ok
+    big = bytes(range(256)) * (32 * 1024)
+    assert transport.try_write(big)
+    assert transport._transport.get_write_buffer_size() > 0
+    assert not await anyio.to_thread.run_sync(transport.write_from_thread, b"X" * 10)
+    server.start.set()
+    with anyio.fail_after(WAIT):
+        while transport._transport.get_write_buffer_size():
+            await anyio.sleep(0.01)
+    assert await anyio.to_thread.run_sync(transport.write_from_thread, b"Z" * 10)
+    await transport.aclose()
+    assert await anyio.to_thread.run_sync(server.done.wait, WAIT)
+    assert bytes(server.data) == big + b"Z" * 10
 
 
 BACKENDS = [
@@ -117,8 +143,8 @@ def test_receipted_sends_keep_their_place_among_queued_ones(backend):
             assert got == expected
             receipts = [f.headers.get("receipt", "") for f in broker.received if f.command == "SEND"]
             direct = [r for r in receipts if r.startswith("t")]
-            if name == "asyncio" and not options:
-                assert direct, "the stock asyncio loop should have written some SENDs from the thread"
+            if name == "asyncio":
+                assert direct, "asyncio (stock or uvloop) should have let the thread write some SENDs"
             else:
                 assert not direct
         broker.wait_for_blocking(lambda: broker.connections == 0)  # the thread's socket dup did not keep it open
@@ -172,7 +198,7 @@ def test_acks_written_by_the_thread_keep_their_place_and_their_count(backend, mo
             elif f.command == "SEND" and f.headers["destination"] == "/queue/after":
                 seen.append("SEND " + f.body.decode())
         assert seen == expected
-    if name == "asyncio" and not options:
-        assert by_thread, "the stock asyncio loop should have let the thread write some ACKs"
+    if name == "asyncio":
+        assert by_thread, "asyncio (stock or uvloop) should have let the thread write some ACKs"
     else:
         assert not by_thread
