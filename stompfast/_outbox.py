@@ -22,6 +22,7 @@ own totals when the connection is replaced (:mod:`._stats`).
 from __future__ import annotations
 
 from logging import DEBUG
+from time import monotonic
 from typing import Any, Callable, List, Optional
 
 import anyio
@@ -71,7 +72,7 @@ class Outbox:
 
     __slots__ = (
         "transport", "out", "out_bytes", "send_buffer_bytes", "write_through_bytes", "wakeup", "drained",
-        "writing", "beating", "last_sent", "closed", "clock", "on_lost", "log_frames",
+        "writing", "beating", "last_sent", "thread_sent_at", "closed", "clock", "on_lost", "log_frames",
         "entries_written", "bytes_out", "entries_dropped", "frames_dropped", "heartbeats",
     )
 
@@ -102,6 +103,10 @@ class Outbox:
         self.beating = beating
         self.clock = clock
         self.last_sent = clock()
+        # When a thread last wrote to the transport itself (time.monotonic: the loop's
+        # clock may not be readable from other threads, as trio's is not); None: not since
+        # the heart-beat sender last looked.
+        self.thread_sent_at: Optional[float] = None
         self.closed = transport is None
         self.on_lost = on_lost
         self.log_frames = log_frames
@@ -250,14 +255,22 @@ class Outbox:
         half, quarter = interval / 2, interval / 4
         while True:
             await anyio.sleep(quarter)
+            thread_sent_at = self.thread_sent_at
+            if thread_sent_at is not None:
+                self.thread_sent_at = None
+                # the thread's write, on the loop's clock
+                self.last_sent = max(self.last_sent, self.clock() - (monotonic() - thread_sent_at))
             if not self.out and self.clock() - self.last_sent >= half:
                 self.heartbeats += 1
                 self.queue(b"\n")
 
     def note_thread_write(self) -> None:
-        """A thread wrote a frame to the transport itself (``send_from_thread``): the heart-beat clock restarts."""
+        """(Any thread.) A thread wrote a frame to the transport itself: the heart-beat sender counts it as sent.
+
+        (A note overwritten before the sender read it costs at most one needless heart-beat.)
+        """
         if self.beating:
-            self.last_sent = self.clock()
+            self.thread_sent_at = monotonic()
 
     def drop(self) -> int:
         """The connection is lost: drop what was never written; return how many frames that was."""

@@ -1282,6 +1282,31 @@ def test_a_consumer_thread_sleeping_between_messages_does_not_stop_heart_beats(m
     assert c.is_connected and c.error is None and broker.connections == 1
 
 
+@pytest.mark.stomp_broker(heart_beat=(100, 100))
+def test_frames_a_thread_writes_itself_count_as_heart_beats(make, broker):
+    # Receipted sends and client-individual acks are written by the calling thread
+    # where it can (send_from_thread, ack_from_thread): the loop's heart-beat sender
+    # must count them as sent, on every loop (trio's clock cannot be read from the
+    # thread), so a busy connection sends no EOL heart-beats.
+    c = make(heart_beat=(100, 100))
+    c.connect()
+    outbox = c._async._link.outbox
+    assert outbox.beating
+    beats = outbox.heartbeats
+    until = time.monotonic() + 1.0  # ten intervals, forty checks of the heart-beat sender
+    sent = 0
+    while time.monotonic() < until:
+        c.send("/queue/busy", b"%d" % sent, receipt=True, timeout=WAIT)
+        sent += 1
+    assert sent > 50
+    by_thread = [f for f in broker.received if f.command == "SEND" and f.headers.get("receipt", "").startswith("t")]
+    assert len(by_thread) > sent // 2
+    assert outbox.heartbeats - beats <= 1
+    time.sleep(0.5)  # idle: now it beats
+    assert outbox.heartbeats - beats >= 3
+    assert c.is_connected and c.error is None
+
+
 def test_the_client_options_are_defined_once_and_documented():
     # ClientOptions (names, types) and DEFAULTS are the one definition: both
     # constructors take exactly those, show them in their signature, and the
