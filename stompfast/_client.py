@@ -109,7 +109,7 @@ from ._subscription import (
 )
 from ._supervisor import Supervisor
 from ._transaction import AsyncTransaction, SessionTransaction, TransactionOps
-from ._transport import AsyncioTransport, describe_error
+from ._transport import AsyncioTransport, TrioTransport, describe_error
 from .errors import (
     ClientClosedError,
     ConfigurationError,
@@ -827,17 +827,17 @@ class AsyncClient:
         The blocking client's round trip: no hop into the event loop to send, so
         the loop wakes only for the RECEIPT (``on_done(receipt)`` is then called
         in the loop). Returns None, having sent nothing, whenever that is not
-        safe at this moment: not plain TCP on asyncio (the stock loop or uvloop), frames
-        queued or being written ahead of this one (order), the asyncio write
-        buffer not empty, a reconnect or a stall under way. The caller then
-        sends through the loop.
+        safe at this moment: not plain TCP (TLS and WebSocket state belongs to
+        the loop), frames queued or being written ahead of this one (order),
+        bytes the transport has not written yet, a reconnect or a stall under
+        way. The caller then sends through the loop.
 
         Raises LocalProtocolError (and TypeError for a body of another type) as
         :meth:`send` does.
         """
         link = self._link
         transport = link.transport
-        if type(transport) is not AsyncioTransport or not transport.direct_ok:
+        if not isinstance(transport, (AsyncioTransport, TrioTransport)) or not transport.direct_ok:
             return None
         body, content_type = body_bytes(body, content_type)
         with self._registry_lock:
@@ -887,15 +887,15 @@ class AsyncClient:
         to the socket from the consumer's thread, so the event loop does not wake
         to write it. False, having sent nothing and left the message as it was,
         whenever that is not safe at this moment (as :meth:`send_from_thread`:
-        not plain TCP on asyncio (the stock loop or uvloop), frames queued or being written
-        ahead of it, the asyncio write buffer not empty, a reconnect or a stall
-        under way, a message of another connection); the caller then queues it.
+        not plain TCP, frames queued or being written ahead of it, bytes the
+        transport has not written yet, a reconnect or a stall under way, a
+        message of another connection); the caller then queues it.
         The caller has made the checks that need no I/O (a stale message, a
         second ack) and knows nothing of its own is queued ahead of it.
         """
         link = self._link
         transport = link.transport
-        if type(transport) is not AsyncioTransport or not transport.direct_ok:
+        if not isinstance(transport, (AsyncioTransport, TrioTransport)) or not transport.direct_ok:
             return False
         with self._registry_lock:
             outbox = link.outbox

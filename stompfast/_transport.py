@@ -15,7 +15,9 @@ Two implementations of one small interface (``send``, ``receive``, ``aclose``):
   chunks queue up in the protocol (reading pauses only when more than
   ``READ_SIZE * 4`` bytes wait), and ``send`` is ``transport.write`` (it waits
   only while asyncio says the write buffer is full);
-* elsewhere (trio), :class:`Transport` wraps the anyio byte stream.
+* elsewhere (trio), :class:`Transport` wraps the anyio byte stream; for plain
+  TCP :class:`TrioTransport` writes to the socket itself, under a lock another
+  thread may share (the blocking client's receipted sends and acks).
 
 TLS: on asyncio the same protocol runs under ``loop.create_connection(ssl=ctx,
 server_hostname=...)`` (push mode works unchanged); on trio the anyio stream is
@@ -125,6 +127,135 @@ class Transport:
         if self.closed:
             return
         self.closed = True
+        try:
+            await self._stream.aclose()
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+
+
+class TrioTransport(Transport):
+    """Plain TCP on trio: :class:`Transport` whose writes another thread may share (:meth:`write_from_thread`).
+
+    The event loop's writes go to the (non-blocking) socket under a lock, as a
+    thread's do, and whatever the kernel did not take waits in ``_tail``, which
+    every writer sends before its own bytes: so frames never interleave and a
+    thread writes only when nothing is pending. Reads stay on the anyio stream.
+    """
+
+    __slots__ = ("_sock", "_lock", "_tail", "_token", "_waiting", "direct_ok")
+
+    def __init__(self, stream: ByteStream, peer: str) -> None:
+        super().__init__(stream, peer)
+        self._sock: socket.socket = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+        # Every write, the loop's and a thread's, holds this lock; a thread never waits in it
+        # for more than one non-blocking send.
+        self._lock = threading.Lock()
+        # Bytes the kernel did not take yet: they go out before anything written after them
+        self._tail: Optional[bytes] = None
+        # (trio is an optional extra, imported where it runs: never at stompfast's import)
+        import trio
+
+        self._token = trio.lowlevel.current_trio_token()
+        # Held by the one task waiting for the socket to take the tail (trio allows one waiter per fd)
+        self._waiting = trio.Lock()
+        #: another thread may write through :meth:`write_from_thread`
+        self.direct_ok = True
+
+    def _write_some(self, data: bytes) -> bool:
+        """(Under the lock.) Write the tail, then ``data``, as far as the kernel takes them; True when all went."""
+        if self._tail is not None:
+            data = self._tail + data
+            self._tail = None
+        if not data:
+            return True
+        try:
+            sent = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        if sent < len(data):
+            self._tail = data[sent:]
+            return False
+        return True
+
+    async def send(self, data: bytes) -> None:
+        """Write ``data`` after anything pending; wait for the socket while the kernel's buffer is full."""
+        import trio
+
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if not self._write(data):
+            # Ours are at the end of the tail now; every writer (this task, another, a
+            # thread's flush) writes the tail first, so they are out once it is empty, and
+            # a cancelled wait leaves no torn frame. One task waits for the socket at a time.
+            async with self._waiting:
+                while not self._write(b""):
+                    try:
+                        await trio.lowlevel.wait_writable(self._sock)
+                    except (trio.ClosedResourceError, OSError) as exc:
+                        raise ConnectionLostError(
+                            f"connection to {self.peer} lost while sending: {describe_error(exc)}"
+                        ) from exc
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
+    def _write(self, data: bytes) -> bool:
+        """(In trio.) :meth:`_write_some` under the lock; True when nothing is left unwritten."""
+        with self._lock:
+            if self.closed:
+                raise ConnectionLostError(f"connection to {self.peer} lost while sending: the connection is closed")
+            try:
+                return self._write_some(data)
+            except OSError as exc:
+                raise ConnectionLostError(
+                    f"connection to {self.peer} lost while sending: {describe_error(exc)}"
+                ) from exc
+
+    def write_from_thread(self, data: bytes) -> bool:
+        """(Any thread but trio's.) Write ``data`` to the socket now; False (nothing written) when something is pending.
+
+        A partial write leaves the rest as the tail and hands its flushing to
+        trio (a system task), so the caller does not wait for the socket.
+        """
+        import trio
+
+        with self._lock:
+            if self.closed or self._tail is not None:
+                return False
+            try:
+                done = self._write_some(data)
+            except OSError:
+                # Trio's reader sees the failure on its side
+                return False
+        if not done:
+            try:
+                self._token.run_sync_soon(self._start_flush)
+            # trio has ended: the connection with it, whose reader reported that
+            except trio.RunFinishedError:
+                pass
+        return True
+
+    def _start_flush(self) -> None:
+        """(In trio.) Start the task that writes a thread's tail, unless trio is already winding down."""
+        import trio
+
+        try:
+            trio.lowlevel.spawn_system_task(self._flush_tail)
+        # The run's end closes the system nursery; the connection ends with it
+        except RuntimeError:
+            pass
+
+    async def _flush_tail(self) -> None:
+        """(A trio system task.) Write what a thread's partial write left; the reader reports a lost connection."""
+        # A system task must not raise: cancellation ends it quietly, a lost connection is the reader's to report
+        try:
+            await self.send(b"")
+        except ConnectionLostError:
+            pass
+
+    async def aclose(self) -> None:
+        if self.closed:
+            return
+        with self._lock:
+            # No thread writes after this; one writing now finishes first
+            self.closed = True
         try:
             await self._stream.aclose()
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -586,6 +717,8 @@ async def open_transport(
         raise ConnectError(f"{peer} closed the connection while connecting") from exc
     except OSError as exc:
         raise ConnectError(f"could not connect to {peer}: {describe_error(exc)}") from exc
+    if ssl_context is None and websocket is None and sniffio.current_async_library() == "trio":
+        return TrioTransport(stream, peer)
     return Transport(stream, peer)
 
 

@@ -1,9 +1,11 @@
 """A thread writing a receipted SEND itself (the blocking client's round trip): order and the partial write.
 
-The direct path exists on asyncio (the stock loop and uvloop) over plain TCP
-only (``AsyncioTransport.write_from_thread``); elsewhere it declines and the
-loop writes. Its one delicate case is a partial write: the rest must reach the wire
-before anything written after it, by the loop or by another thread.
+The direct path exists over plain TCP on every loop
+(``AsyncioTransport.write_from_thread`` on asyncio and uvloop,
+``TrioTransport.write_from_thread`` on trio); over TLS and WebSocket it
+declines and the loop writes (tests/test_transport_tls_ws.py). Its one delicate
+case is a partial write: the rest must reach the wire before anything written
+after it, by the loop or by another thread.
 """
 
 from __future__ import annotations
@@ -23,6 +25,20 @@ from stompfast.testing import Broker
 pytestmark = [pytest.mark.timeout(60)]
 
 WAIT = 5
+
+TRANSPORT_BACKENDS = [
+    pytest.param(("asyncio", {}), id="asyncio"),
+    pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio-uvloop"),
+    pytest.param(("trio", {}), id="trio"),
+]
+
+
+def unwritten(transport: Any) -> int:
+    """Bytes handed to ``transport`` that the kernel has not taken yet (its tail, and asyncio's buffer)."""
+    held = len(transport._tail or b"")
+    if hasattr(transport, "_transport"):
+        held += transport._transport.get_write_buffer_size()
+    return held
 
 
 class SlowReader:
@@ -50,27 +66,23 @@ class SlowReader:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(
-    "anyio_backend",
-    [pytest.param(("asyncio", {}), id="asyncio"), pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio-uvloop")],
-)
+@pytest.mark.parametrize("anyio_backend", TRANSPORT_BACKENDS)
 async def test_a_partial_thread_write_reaches_the_wire_before_what_follows(anyio_backend):
     server = SlowReader()
     transport: Any = await open_transport("127.0.0.1", server.port)
     assert transport.direct_ok
     first, big, last = b"A" * 1000, bytes(range(256)) * (32 * 1024), b"C" * 1000  # 8 MiB in the middle
-    assert transport.try_write(first)
+    await transport.send(first)
     wrote = await anyio.to_thread.run_sync(transport.write_from_thread, big)
     assert wrote  # (partly: nobody reads, so the kernel took only what fits)
-    # the rest is pending: still the tail, or already handed to asyncio's buffer
-    pending = len(transport._tail or b"") + transport._transport.get_write_buffer_size()
-    assert 0 < pending < len(big)
+    # the rest is pending: still the tail, or already handed to the loop's transport
+    assert 0 < unwritten(transport) < len(big)
     # A second thread write while bytes are pending must decline, not jump ahead.
     assert not await anyio.to_thread.run_sync(transport.write_from_thread, b"X" * 10)
     server.start.set()
     await transport.send(last)  # the loop's next write, after the tail
     with anyio.fail_after(WAIT):
-        while transport._transport.get_write_buffer_size() or transport._tail is not None:
+        while unwritten(transport):
             await anyio.sleep(0.01)
     await transport.aclose()
     assert await anyio.to_thread.run_sync(server.done.wait, WAIT)
@@ -78,39 +90,41 @@ async def test_a_partial_thread_write_reaches_the_wire_before_what_follows(anyio
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("anyio_backend", [pytest.param(("trio", {}), id="trio")])
-async def test_the_direct_path_declines_off_asyncio(anyio_backend):
-    server = SlowReader()
-    transport: Any = await open_transport("127.0.0.1", server.port)
-    assert not getattr(transport, "direct_ok", False)
-    server.start.set()
-    await transport.aclose()
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize(
-    "anyio_backend",
-    [pytest.param(("asyncio", {}), id="asyncio"), pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio-uvloop")],
-)
+@pytest.mark.parametrize("anyio_backend", TRANSPORT_BACKENDS)
 async def test_a_thread_declines_while_the_loops_own_write_is_unfinished(anyio_backend):
-    # The loop's transport took a big write the kernel could not: until those bytes are
-    # on the wire (uvloop keeps them in its buffer, then in libuv's queue) a thread's
-    # write would jump ahead of them, so it must decline; once they are out it may write.
+    # The loop's write was more than the kernel takes: until those bytes are on the wire
+    # (asyncio's buffer; uvloop's, then libuv's queue; trio's tail) a thread's write would
+    # jump ahead of them, so it must decline; once they are out it may write.
     server = SlowReader()
     transport: Any = await open_transport("127.0.0.1", server.port)
     assert transport.direct_ok
     big = bytes(range(256)) * (32 * 1024)
-    assert transport.try_write(big)
-    assert transport._transport.get_write_buffer_size() > 0
-    assert not await anyio.to_thread.run_sync(transport.write_from_thread, b"X" * 10)
-    server.start.set()
-    with anyio.fail_after(WAIT):
-        while transport._transport.get_write_buffer_size():
-            await anyio.sleep(0.01)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(transport.send, big)  # on trio, waits in the task until the kernel took it all
+        with anyio.fail_after(WAIT):
+            while not unwritten(transport):
+                await anyio.sleep(0.001)
+        assert not await anyio.to_thread.run_sync(transport.write_from_thread, b"X" * 10)
+        server.start.set()
+        with anyio.fail_after(WAIT):
+            while unwritten(transport):
+                await anyio.sleep(0.01)
     assert await anyio.to_thread.run_sync(transport.write_from_thread, b"Z" * 10)
     await transport.aclose()
     assert await anyio.to_thread.run_sync(server.done.wait, WAIT)
     assert bytes(server.data) == big + b"Z" * 10
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", TRANSPORT_BACKENDS)
+async def test_a_closed_transport_takes_no_thread_write(anyio_backend):
+    server = SlowReader()
+    transport: Any = await open_transport("127.0.0.1", server.port)
+    server.start.set()
+    await transport.aclose()
+    assert not await anyio.to_thread.run_sync(transport.write_from_thread, b"X" * 10)
+    assert await anyio.to_thread.run_sync(server.done.wait, WAIT)
+    assert bytes(server.data) == b""
 
 
 BACKENDS = [
@@ -143,10 +157,7 @@ def test_receipted_sends_keep_their_place_among_queued_ones(backend):
             assert got == expected
             receipts = [f.headers.get("receipt", "") for f in broker.received if f.command == "SEND"]
             direct = [r for r in receipts if r.startswith("t")]
-            if name == "asyncio":
-                assert direct, "asyncio (stock or uvloop) should have let the thread write some SENDs"
-            else:
-                assert not direct
+            assert direct, "the calling thread should have written some SENDs itself"
         broker.wait_for_blocking(lambda: broker.connections == 0)  # the thread's socket dup did not keep it open
 
 
@@ -198,7 +209,4 @@ def test_acks_written_by_the_thread_keep_their_place_and_their_count(backend, mo
             elif f.command == "SEND" and f.headers["destination"] == "/queue/after":
                 seen.append("SEND " + f.body.decode())
         assert seen == expected
-    if name == "asyncio":
-        assert by_thread, "asyncio (stock or uvloop) should have let the thread write some ACKs"
-    else:
-        assert not by_thread
+    assert by_thread, "the consuming thread should have written some ACKs itself"

@@ -125,6 +125,28 @@ async def test_tls_round_trip(server_ctx, client_ctx):
             await round_trip(client, 300_000)
 
 
+async def test_no_thread_writes_past_tls_or_websocket(server_ctx, client_ctx):
+    # The blocking client's thread writes a plain TCP socket itself; a TLS connection's
+    # state (the SSL object) and a WebSocket's framing belong to the loop, so there the
+    # transport declines and a thread's send is left to the loop (send_from_thread: None).
+    from stompfast._transport import WebSocketSpec, open_transport
+
+    async with Broker(ssl_context=server_ctx, heart_beat=(0, 0)) as broker:
+        transport = await open_transport("127.0.0.1", broker.port, ssl_context=client_ctx)
+        assert not getattr(transport, "direct_ok", False)
+        await transport.aclose()
+        async with AsyncClient(broker.url, ssl=client_ctx, heart_beat=(0, 0)) as client:
+            sent = await anyio.to_thread.run_sync(
+                client.send_from_thread, "/queue/tls-direct", b"x", None, None, lambda receipt: None
+            )
+            assert sent is None
+            await client.send("/queue/tls-direct", b"y", receipt=True)
+    async with Broker(heart_beat=(0, 0)) as broker, WSBridge(broker) as bridge:
+        transport = await open_transport("127.0.0.1", bridge.port, websocket=WebSocketSpec("/ws", ["v12.stomp"]))
+        assert not getattr(transport, "direct_ok", False)
+        await transport.aclose()
+
+
 async def test_ssl_keyword_turns_tls_on_for_a_stomp_url(server_ctx, client_ctx):
     async with Broker(ssl_context=server_ctx) as broker:
         async with AsyncClient(f"stomp://127.0.0.1:{broker.port}", ssl=client_ctx, heart_beat=(0, 0)) as client:
