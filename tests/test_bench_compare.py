@@ -285,3 +285,51 @@ def test_the_asyncio_floor_is_measured_in_scenario_2_only(tmp_path: Path) -> Non
     assert [r["scenario"] for r in measured] == [2], text
     assert_measured({"failures": data["failures"], "rows": measured, "measurements": data["measurements"]},
                     "null", label, [2], text)
+
+
+def run_sync_receipts(env: dict) -> str:
+    proc = subprocess.run([sys.executable, str(BENCH / "sync_receipts.py"), "--n", "60", "--rounds", "1"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def measured_rows(text: str) -> dict:
+    """``label -> CPU µs per round trip`` of bench/sync_receipts.py's table."""
+    rows = {}
+    for line in text.splitlines():
+        for label in ("stomp.py/", "stompfast/", "floor: hop/", "floor: direct/"):
+            if line.startswith(label):
+                name = line[:28].strip()
+                rows[name] = float(line[28:].split()[0])
+    return rows
+
+
+def test_sync_receipts_on_the_in_process_broker() -> None:
+    # Plain TCP only (no TLS or WebSocket URL): every loop's client and both floors, and stomp.py
+    from stompfast.testing import Broker
+
+    with Broker.in_thread(heart_beat=(0, 0)) as broker:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STOMPFAST_RABBITMQ")}
+        env["STOMPFAST_RABBITMQ_URL"] = broker.url.replace("stomp://", "stomp://guest:guest@")
+        text = run_sync_receipts(env)
+    assert "not measured" in text and "failed" not in text, text
+    rows = measured_rows(text)
+    expected = {"stomp.py/tcp"} | {"%s/%s/tcp" % (kind, loop) for loop in ("asyncio", "uvloop", "trio")
+                                   for kind in ("stompfast", "floor: hop", "floor: direct")}
+    assert set(rows) == expected, text
+    assert all(cpu > 0 for cpu in rows.values()), text
+
+
+def test_sync_receipts_on_rabbitmq_over_tcp_tls_and_websocket() -> None:
+    if not all(os.environ.get(k) for k in ("STOMPFAST_RABBITMQ_URL", "STOMPFAST_RABBITMQ_TLS_URL",
+                                           "STOMPFAST_RABBITMQ_WS_URL", "STOMPFAST_TLS_CA")):
+        pytest.skip("RabbitMQ's URLs are not set (scripts/brokers.sh env)")
+    text = run_sync_receipts(dict(os.environ))
+    assert "failed" not in text and "not measured" not in text, text
+    rows = measured_rows(text)
+    for transport in ("tcp", "tls", "ws"):
+        for loop in ("asyncio", "uvloop", "trio"):
+            assert "stompfast/%s/%s" % (loop, transport) in rows, text
+            assert "floor: hop/%s/%s" % (loop, transport) in rows, text
+    assert {"stomp.py/tcp", "stomp.py/tls"} <= set(rows), text
