@@ -827,8 +827,8 @@ class AsyncClient:
         The blocking client's round trip: no hop into the event loop to send, so
         the loop wakes only for the RECEIPT (``on_done(receipt)`` is then called
         in the loop). Returns None, having sent nothing, whenever that is not
-        safe at this moment: not plain TCP (TLS and WebSocket state belongs to
-        the loop), frames queued or being written ahead of this one (order),
+        safe at this moment: TLS (its state belongs to the loop) or a trio
+        WebSocket, frames queued or being written ahead of this one (order),
         bytes the transport has not written yet, a reconnect or a stall under
         way. The caller then sends through the loop.
 
@@ -887,7 +887,7 @@ class AsyncClient:
         to the socket from the consumer's thread, so the event loop does not wake
         to write it. False, having sent nothing and left the message as it was,
         whenever that is not safe at this moment (as :meth:`send_from_thread`:
-        not plain TCP, frames queued or being written ahead of it, bytes the
+        TLS or a trio WebSocket, frames queued or being written ahead of it, bytes the
         transport has not written yet, a reconnect or a stall under way, a
         message of another connection); the caller then queues it.
         The caller has made the checks that need no I/O (a stale message, a

@@ -19,8 +19,8 @@ and it crosses as rarely as the guarantees allow:
   by the first frame of a burst with one cheap loop wake-up. A ``client-individual``
   ACK with nothing queued ahead of it crosses nothing where the calling thread can
   write it itself (:meth:`AsyncClient.ack_from_thread`, as for a receipted send).
-* **A receipted send crosses only back.** Over plain TCP (any loop) the
-  calling thread writes the frame itself
+* **A receipted send crosses only back.** Over plain TCP (any loop) and
+  WebSocket (asyncio) the calling thread writes the frame itself
   (:meth:`AsyncClient.send_from_thread`); elsewhere one loop callback does. The
   RECEIPT releases the waiting thread (no task, no future per call). Other
   blocking calls hand one coroutine of the async client to the loop.

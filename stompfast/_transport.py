@@ -396,8 +396,7 @@ class AsyncioTransport:
             return False
         with self._lock:
             if self._tail is not None:
-                data = self._tail + data
-                self._tail = None
+                self._write_tail()
             self._transport.write(data)
         return True
 
@@ -407,8 +406,7 @@ class AsyncioTransport:
             raise ConnectionLostError(f"connection to {self.peer} lost while sending: {describe_error(protocol.error)}")
         with self._lock:
             if self._tail is not None:
-                data = self._tail + data
-                self._tail = None
+                self._write_tail()
             self._transport.write(data)
         drain = protocol.drain
         if drain is not None and not drain.done():
@@ -499,24 +497,39 @@ class AsyncioTransport:
                 except OSError:
                     self.direct_ok = False
                     return False
+            wire = self._on_the_wire(data)
+            if wire is None:
+                return False
             try:
-                sent = sock.send(data)
+                sent = sock.send(wire)
             except (BlockingIOError, InterruptedError):
                 return False
             except OSError:
                 # The loop sees the failure on its side
                 return False
-            if sent < len(data):
-                self._tail = data[sent:]
+            if sent < len(wire):
+                self._tail = wire[sent:]
                 self._loop.call_soon_threadsafe(self._flush_tail)
             return True
+
+    def _on_the_wire(self, data: bytes) -> Optional[bytes]:
+        """(Under the lock.) The bytes ``data`` is on the socket (None: not writable now).
+
+        ``data`` itself here; the WebSocket transport frames it.
+        """
+        return data
+
+    def _write_tail(self) -> None:
+        """(Under the lock.) Hand what a thread's partial write left to the loop's transport, ahead of anything else."""
+        tail, self._tail = self._tail, None
+        if tail is not None:
+            self._transport.write(tail)
 
     def _flush_tail(self) -> None:
         """(In the loop.) Write what a thread's partial write left, unless a loop write took it already."""
         with self._lock:
-            tail, self._tail = self._tail, None
-            if tail is not None and not self._transport.is_closing():
-                self._transport.write(tail)
+            if not self._transport.is_closing():
+                self._write_tail()
 
     def _close_direct(self) -> None:
         """Close the threads' duplicate of the socket (else it would hold the connection open)."""
@@ -541,9 +554,26 @@ class AsyncioTransport:
 
 
 class WebSocketAsyncioTransport(AsyncioTransport):
-    """:class:`AsyncioTransport` over a :class:`~stompfast._websocket.WebSocketLayer`: closes politely."""
+    """:class:`AsyncioTransport` over a :class:`~stompfast._websocket.WebSocketLayer`: closes politely.
+
+    A thread's direct write is framed (masked) by the layer under the transport's
+    lock, which the layer's own writes (a pong, a close frame) hold too; a
+    partial write's rest is socket bytes, written past the layer.
+    """
 
     __slots__ = ()
+
+    def __init__(self, layer: Any, protocol: _Protocol, peer: str, direct_ok: bool = False) -> None:
+        super().__init__(layer, protocol, peer, direct_ok)
+        layer.write_lock = self._lock
+
+    def _on_the_wire(self, data: bytes) -> Optional[bytes]:
+        return self._transport.frame(data)  # type: ignore[no-any-return]
+
+    def _write_tail(self) -> None:
+        tail, self._tail = self._tail, None
+        if tail is not None:
+            self._transport.write_raw(tail)
 
     async def aclose(self) -> None:
         """Send a close frame, wait for the broker's (at most CLOSE_TIMEOUT), close the socket."""
@@ -628,7 +658,8 @@ async def _open_asyncio_ws(
     except BaseException:
         raw.abort()
         raise
-    return WebSocketAsyncioTransport(layer, protocol, peer)
+    # Over plain TCP a thread may write too (framed by the layer): as _open_asyncio says
+    return WebSocketAsyncioTransport(layer, protocol, peer, direct_ok=not tls and _writes_through(loop))
 
 
 async def open_transport(

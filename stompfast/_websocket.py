@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import http
+import threading
 from typing import Any, Iterable, List, Optional
 
 import anyio
@@ -194,6 +195,9 @@ class WebSocketLayer(asyncio.Protocol):
     ) -> None:
         self._inner = inner
         self._max = max_message_bytes
+        #: held by the layer's own writes (a pong, a close frame); the transport above holds it
+        #: around the writes it makes (``write``), and a thread writing directly holds it too
+        self.write_lock = threading.Lock()
         self._handshake: Optional[_Handshake] = _Handshake(ws, url)
         self._request = request
         # wsproto's Connection once the upgrade is accepted
@@ -210,7 +214,9 @@ class WebSocketLayer(asyncio.Protocol):
         # a connect given up on (cancelled, timed out) must not leave "exception never retrieved"
         self.opened.add_done_callback(lambda f: f.cancelled() or f.exception())
         from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
+        from wsproto.utilities import LocalProtocolError
 
+        self._LocalProtocolError = LocalProtocolError
         self._BytesMessage, self._TextMessage = BytesMessage, TextMessage
         self._Ping, self._Close = Ping, CloseConnection
 
@@ -261,17 +267,19 @@ class WebSocketLayer(asyncio.Protocol):
                 if event.data and not self._lost:
                     inner.data_received(event.data.encode("utf-8"))
             elif kind is self._Ping:
-                if not self._closing and not self._raw.is_closing():
-                    self._raw.write(self._conn.send(event.response()))
+                with self.write_lock:
+                    if not self._closing and not self._raw.is_closing():
+                        self._raw.write(self._conn.send(event.response()))
             elif kind is self._Close:
                 self._on_close(event)
                 return
 
     def _on_close(self, event: Any) -> None:
-        reply, error = _answer_close(self._conn, event)
-        if reply and not self._raw.is_closing():
-            self._raw.write(reply)
-        self._closing = True
+        with self.write_lock:
+            reply, error = _answer_close(self._conn, event)
+            if reply and not self._raw.is_closing():
+                self._raw.write(reply)
+            self._closing = True
         if not self.closed.done():
             self.closed.set_result(event)
         if error is not None:
@@ -309,6 +317,7 @@ class WebSocketLayer(asyncio.Protocol):
     # transport side, called by AsyncioTransport and the _Protocol
 
     def write(self, data: bytes) -> None:
+        """(The transport above, holding ``write_lock``.) ``data`` as WebSocket messages, to the socket."""
         if self._closing:
             return
         if len(data) <= self._max:
@@ -316,20 +325,40 @@ class WebSocketLayer(asyncio.Protocol):
             return
         self._raw.write(_split(self._conn, self._BytesMessage, data, self._max))
 
+    def frame(self, data: bytes) -> Optional[bytes]:
+        """(Holding ``write_lock``, any thread.) ``data`` as WebSocket messages' bytes; None once closing."""
+        if self._closing:
+            return None
+        try:
+            if len(data) <= self._max:
+                return self._conn.send(self._BytesMessage(data=data))  # type: ignore[no-any-return]
+            return _split(self._conn, self._BytesMessage, data, self._max)
+        # The broker's close frame came in meanwhile: wsproto sends nothing more
+        except self._LocalProtocolError:
+            return None
+
+    def write_raw(self, data: bytes) -> None:
+        """(Holding ``write_lock``.) Socket bytes already framed (the rest of a thread's partial write)."""
+        self._raw.write(data)
+
+    def get_write_buffer_size(self) -> int:
+        return int(self._raw.get_write_buffer_size())
+
     def is_closing(self) -> bool:
         return self._closing or self._raw.is_closing()
 
     def start_close(self) -> None:
         """Send our close frame (code 1000) unless a close is already under way."""
-        if not self._closing and self._conn is not None and not self._raw.is_closing():
-            self._closing = True
-            from wsproto.utilities import LocalProtocolError
+        with self.write_lock:
+            if not self._closing and self._conn is not None and not self._raw.is_closing():
+                self._closing = True
+                from wsproto.utilities import LocalProtocolError
 
-            try:
-                self._raw.write(self._conn.send(self._Close(code=1000)))
-            except LocalProtocolError:
-                pass
-        self._closing = True
+                try:
+                    self._raw.write(self._conn.send(self._Close(code=1000)))
+                except LocalProtocolError:
+                    pass
+            self._closing = True
 
     def close(self) -> None:
         self.start_close()
@@ -353,7 +382,9 @@ class WebSocketStream(ByteStream):
 
     def __init__(self, stream: ByteStream, conn: Any, url: str, max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
         from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
+        from wsproto.utilities import LocalProtocolError
 
+        self._LocalProtocolError = LocalProtocolError
         self._BytesMessage, self._TextMessage = BytesMessage, TextMessage
         self._Ping, self._Close = Ping, CloseConnection
         self._stream = stream

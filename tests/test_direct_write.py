@@ -2,8 +2,8 @@
 
 The direct path exists over plain TCP on every loop
 (``AsyncioTransport.write_from_thread`` on asyncio and uvloop,
-``TrioTransport.write_from_thread`` on trio); over TLS and WebSocket it
-declines and the loop writes (tests/test_transport_tls_ws.py). Its one delicate
+``TrioTransport.write_from_thread`` on trio) and over WebSocket on asyncio; over
+TLS it declines and the loop writes (tests/test_transport_tls_ws.py). Its one delicate
 case is a partial write: the rest must reach the wire before anything written
 after it, by the loop or by another thread.
 """

@@ -125,10 +125,11 @@ async def test_tls_round_trip(server_ctx, client_ctx):
             await round_trip(client, 300_000)
 
 
-async def test_no_thread_writes_past_tls_or_websocket(server_ctx, client_ctx):
-    # The blocking client's thread writes a plain TCP socket itself; a TLS connection's
-    # state (the SSL object) and a WebSocket's framing belong to the loop, so there the
-    # transport declines and a thread's send is left to the loop (send_from_thread: None).
+async def test_which_transports_a_thread_may_write(server_ctx, client_ctx, anyio_backend_name):
+    # The blocking client's thread writes a plain TCP socket itself, and a WebSocket on
+    # asyncio too (the layer frames it under the transport's lock); a TLS connection's
+    # state (the SSL object) belongs to the loop, and so does trio's WebSocket stream:
+    # there the transport declines and a thread's send is left to the loop.
     from stompfast._transport import WebSocketSpec, open_transport
 
     async with Broker(ssl_context=server_ctx, heart_beat=(0, 0)) as broker:
@@ -143,8 +144,63 @@ async def test_no_thread_writes_past_tls_or_websocket(server_ctx, client_ctx):
             await client.send("/queue/tls-direct", b"y", receipt=True)
     async with Broker(heart_beat=(0, 0)) as broker, WSBridge(broker) as bridge:
         transport = await open_transport("127.0.0.1", bridge.port, websocket=WebSocketSpec("/ws", ["v12.stomp"]))
-        assert not getattr(transport, "direct_ok", False)
+        assert getattr(transport, "direct_ok", False) is (anyio_backend_name == "asyncio")
         await transport.aclose()
+
+
+async def test_thread_writes_over_websocket_keep_their_order_between_pings(anyio_backend_name, anyio_backend):
+    # A blocking client over WebSocket mixes queued sends with receipted ones (written by
+    # its thread where it can) while the bridge pings every 2 ms (pongs written by the
+    # layer in the loop): every frame must arrive whole and in the order of the calls,
+    # every ping be answered, and on asyncio the thread must have written some itself.
+    from stompfast import Client
+
+    options = anyio_backend[1] if isinstance(anyio_backend, tuple) else {}
+    async with Broker(heart_beat=(0, 0)) as broker, WSBridge(broker, ping_every=0.002) as bridge:
+
+        def run() -> list:
+            with Client(bridge.url(), heart_beat=(0, 0), reconnect=False, backend=anyio_backend_name,
+                        backend_options=options or None) as c:
+                with c.subscribe("/queue/ws-order") as sub:
+                    expected = []
+                    for i in range(300):
+                        body = b"%d" % i + b"." * (i * 37 % 3000)
+                        expected.append(body)
+                        c.send("/queue/ws-order", body, receipt=(i % 4 == 3), timeout=WAIT)
+                    got = [sub.receive(timeout=WAIT).body for _ in expected]
+                assert got == expected
+            return expected
+
+        await anyio.to_thread.run_sync(run)
+        receipts = [f.headers.get("receipt", "") for f in broker.received if f.command == "SEND"]
+        by_thread = [r for r in receipts if r.startswith("t")]
+        if anyio_backend_name == "asyncio":
+            assert by_thread, "the calling thread should have written some SENDs itself"
+        else:
+            assert not by_thread
+        assert bridge.pings_sent and len(bridge.pongs) >= len(bridge.pings_sent) - 2
+
+
+@pytest.mark.parametrize(
+    "anyio_backend",
+    [pytest.param(("asyncio", {}), id="asyncio"), pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio-uvloop")],
+)
+async def test_a_threads_partial_websocket_write_goes_out_as_socket_bytes(anyio_backend):
+    # (asyncio only: trio's WebSocket stream takes no thread writes.) What a thread's
+    # partial write leaves is already framed: the next write sends it to the socket as
+    # it is (not framed a second time), then its own frame.
+    async with Broker(heart_beat=(0, 0)) as broker, WSBridge(broker) as bridge:
+        async with AsyncClient(bridge.url(), heart_beat=(0, 0)) as client:
+            transport = client._link.transport
+            first = b"SEND\ndestination:/queue/ws-tail\n\nfirst\x00"
+            # as if a thread had framed it and the kernel had taken none of it
+            with transport._lock:
+                transport._tail = transport._on_the_wire(first)
+            await client.send("/queue/ws-tail", b"second", receipt=True)
+            async with client.subscribe("/queue/ws-tail") as sub:
+                with anyio.fail_after(WAIT):
+                    bodies = [(await sub.receive()).body for _ in range(2)]
+            assert bodies == [b"first", b"second"]
 
 
 async def test_ssl_keyword_turns_tls_on_for_a_stomp_url(server_ctx, client_ctx):

@@ -187,6 +187,9 @@ class WSBridge:
                     n = 0
                     while self.ping_every:
                         await anyio.sleep(self.ping_every)
+                        if ws.state is not ConnectionState.OPEN:
+                            # a close under way: wsproto sends no more pings
+                            return
                         n += 1
                         payload = b"ping-%d" % n
                         self.pings_sent.append(payload)
