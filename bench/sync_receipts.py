@@ -4,7 +4,7 @@
 Run from the repository root, with RabbitMQ started by ``scripts/brokers.sh`` (its
 plain, TLS and WebSocket ports; ``eval "$(bash scripts/brokers.sh env)"`` sets the URLs)::
 
-    python bench/sync_receipts.py [--n 3000] [--rounds 3] [--only uvloop,trio]
+    python bench/sync_receipts.py [--n 3000] [--rounds 3] [--only uvloop,trio] [--baseline ../old-checkout]
 
 What a user writes -- ``client.send(dest, body, receipt=True)`` in a loop, 100-byte
 bodies -- on each (loop, transport) our blocking client offers: the stock asyncio
@@ -425,8 +425,12 @@ def run_worker(spec: Dict[str, Any]) -> Dict[str, float]:
 
 
 def spawn(spec: Dict[str, Any]) -> Dict[str, Any]:
+    env = dict(os.environ)
+    if spec.get("baseline"):
+        # another checkout's stompfast first on the path (its compiled scanner must be built there)
+        env["PYTHONPATH"] = os.pathsep.join([spec["baseline"]] + [p for p in [env.get("PYTHONPATH")] if p])
     proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=env)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]}
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
@@ -442,6 +446,9 @@ def main() -> int:
     p.add_argument("--n", type=int, default=3000, help="measured round trips per process (default 3000)")
     p.add_argument("--rounds", type=int, default=3, help="processes per contender, interleaved (default 3)")
     p.add_argument("--only", default="", help="comma-separated substrings of the contenders to run")
+    p.add_argument("--baseline", metavar="DIR",
+                   help="also run our rows with the stompfast of another checkout (a git worktree of an earlier "
+                        "commit, its extension built), interleaved, labelled 'was:'")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -453,6 +460,11 @@ def main() -> int:
         print("not measured (no URL in the environment; eval \"$(bash scripts/brokers.sh env)\"): %s"
               % ", ".join(missing))
     chosen = contenders(available)
+    if args.baseline:
+        baseline = os.path.abspath(args.baseline)
+        chosen = [item for label, spec in chosen
+                  for item in ([(label, spec)] + ([("was: " + label, dict(spec, baseline=baseline))]
+                                                  if spec["kind"] == "ours" else []))]
     try:
         import stomp  # noqa: F401
     except ImportError:

@@ -142,7 +142,7 @@ class TrioTransport(Transport):
     thread writes only when nothing is pending. Reads stay on the anyio stream.
     """
 
-    __slots__ = ("_sock", "_lock", "_tail", "_token", "_waiting", "direct_ok")
+    __slots__ = ("_sock", "_lock", "_tail", "_token", "_waiting", "_lowlevel", "direct_ok")
 
     def __init__(self, stream: ByteStream, peer: str) -> None:
         super().__init__(stream, peer)
@@ -156,6 +156,7 @@ class TrioTransport(Transport):
         import trio
 
         self._token = trio.lowlevel.current_trio_token()
+        self._lowlevel = trio.lowlevel
         # Held by the one task waiting for the socket to take the tail (trio allows one waiter per fd)
         self._waiting = trio.Lock()
         #: another thread may write through :meth:`write_from_thread`
@@ -179,22 +180,23 @@ class TrioTransport(Transport):
 
     async def send(self, data: bytes) -> None:
         """Write ``data`` after anything pending; wait for the socket while the kernel's buffer is full."""
-        import trio
-
-        await trio.lowlevel.checkpoint_if_cancelled()
+        lowlevel = self._lowlevel
+        await lowlevel.checkpoint_if_cancelled()
         if not self._write(data):
             # Ours are at the end of the tail now; every writer (this task, another, a
             # thread's flush) writes the tail first, so they are out once it is empty, and
             # a cancelled wait leaves no torn frame. One task waits for the socket at a time.
+            import trio
+
             async with self._waiting:
                 while not self._write(b""):
                     try:
-                        await trio.lowlevel.wait_writable(self._sock)
+                        await lowlevel.wait_writable(self._sock)
                     except (trio.ClosedResourceError, OSError) as exc:
                         raise ConnectionLostError(
                             f"connection to {self.peer} lost while sending: {describe_error(exc)}"
                         ) from exc
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await lowlevel.cancel_shielded_checkpoint()
 
     def _write(self, data: bytes) -> bool:
         """(In trio.) :meth:`_write_some` under the lock; True when nothing is left unwritten."""
