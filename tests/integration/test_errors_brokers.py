@@ -95,35 +95,56 @@ async def test_leaving_a_busy_client_ack_subscription_keeps_the_session(broker, 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_leaving_a_busy_subscription_keeps_the_blocking_client(broker, broker_url, queue, backend):
-    # The report's own steps: 40 queued, buffer_size=5, ack 5, leave the block. Whether
-    # RabbitMQ still has deliveries in flight when the UNSUBSCRIBE arrives is a race (about
-    # half the runs here, fewer on a loaded machine: 8 tries once saw none), so the steps are
-    # repeated until it sent its ERRORs, each try giving them a moment to arrive after the
-    # receipt that follows.
+    # The report's own steps: 40 queued, buffer_size=5, ack 5, leave the block. RabbitMQ
+    # sends its ERRORs for deliveries still in flight when the UNSUBSCRIBE arrives, which is
+    # a race: the thread writes its ACKs itself, so they reach the broker well before the
+    # UNSUBSCRIBE (which crosses into the loop), and the broker has refilled the window by
+    # then; on trio under load 20 tries once saw no ERROR (8 series with two CPU-bound
+    # processes beside: up to 58 tries, or none). So a proxy holds what the client writes
+    # from the first ACK until the UNSUBSCRIBE is written too, and they arrive together
+    # (tries needed, the same load: 1 to 10). Each try gives the ERRORs a moment to arrive
+    # after the receipt that follows.
+    import threading
+    from urllib.parse import urlsplit
+
+    from stompfast.testing import FaultProxy
+
+    tries = 40
+
     def sent_errors(c: Any, seconds: float) -> bool:
         deadline = time.monotonic() + seconds
         while not c.stats().errors and time.monotonic() < deadline:
             time.sleep(0.01)
         return bool(c.stats().errors)
 
-    with sync_client(broker_url, backend) as c:
-        for attempt in range(20):
-            name = f"{queue}-{attempt}"
-            for i in range(FILL):
-                c.send(name, b"%d" % i)
-            c.flush(timeout=WAIT)
-            with c.subscribe(name, ack="client-individual", buffer_size=WINDOW) as sub:
+    target = urlsplit(broker_url)
+    with FaultProxy.in_thread((target.hostname or "127.0.0.1", target.port or 61613)) as proxy:
+        with sync_client(proxy.rewrite(broker_url), backend) as c:
+            for attempt in range(tries):
+                name = f"{queue}-{attempt}"
+                for i in range(FILL):
+                    c.send(name, b"%d" % i)
+                c.flush(timeout=WAIT)
+                sub = c.subscribe(name, ack="client-individual", buffer_size=WINDOW)
                 taken = [sub.receive(timeout=WAIT) for _ in range(WINDOW)]
+                proxy.set(stall="up")
                 for message in taken:
                     message.ack()
-            c.send(queue + "-after", b"x", receipt=True, timeout=WAIT)
-            assert c.error is None and c.is_connected
-            if broker != "rabbitmq" or sent_errors(c, 0.3):
-                break
-        if broker == "rabbitmq":
-            assert c.stats().errors >= 1, "RabbitMQ sent no ERROR in 20 tries: the path was not tested"
-        else:
-            assert c.stats().errors == 0
+                # leaving the block, in a thread: it waits for the broker, which waits for the proxy
+                leaving = threading.Thread(target=sub.close)
+                leaving.start()
+                time.sleep(0.05)
+                proxy.set(stall=None)
+                leaving.join(WAIT)
+                assert not leaving.is_alive()
+                c.send(queue + "-after", b"x", receipt=True, timeout=WAIT)
+                assert c.error is None and c.is_connected
+                if broker != "rabbitmq" or sent_errors(c, 0.3):
+                    break
+            if broker == "rabbitmq":
+                assert c.stats().errors >= 1, f"RabbitMQ sent no ERROR in {tries} tries: the path was not tested"
+            else:
+                assert c.stats().errors == 0
 
 
 # -- a refused frame with a receipt ---------------------------------------------------------
