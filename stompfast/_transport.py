@@ -216,8 +216,6 @@ class TrioTransport(Transport):
         A partial write leaves the rest as the tail and hands its flushing to
         trio (a system task), so the caller does not wait for the socket.
         """
-        import trio
-
         with self._lock:
             if self.closed or self._tail is not None:
                 return False
@@ -227,6 +225,8 @@ class TrioTransport(Transport):
                 # Trio's reader sees the failure on its side
                 return False
         if not done:
+            import trio
+
             try:
                 self._token.run_sync_soon(self._start_flush)
             # trio has ended: the connection with it, whose reader reported that

@@ -352,11 +352,9 @@ class WebSocketLayer(asyncio.Protocol):
         with self.write_lock:
             if not self._closing and self._conn is not None and not self._raw.is_closing():
                 self._closing = True
-                from wsproto.utilities import LocalProtocolError
-
                 try:
                     self._raw.write(self._conn.send(self._Close(code=1000)))
-                except LocalProtocolError:
+                except self._LocalProtocolError:
                     pass
             self._closing = True
 
@@ -382,9 +380,7 @@ class WebSocketStream(ByteStream):
 
     def __init__(self, stream: ByteStream, conn: Any, url: str, max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
         from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
-        from wsproto.utilities import LocalProtocolError
 
-        self._LocalProtocolError = LocalProtocolError
         self._BytesMessage, self._TextMessage = BytesMessage, TextMessage
         self._Ping, self._Close = Ping, CloseConnection
         self._stream = stream
