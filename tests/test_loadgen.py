@@ -145,6 +145,42 @@ async def test_fixed_rate_holds_its_schedule() -> None:
     assert 2.9 <= result.rates["send_seconds"] <= 3.2
 
 
+class _CountingClient:
+    def __init__(self) -> None:
+        self.sent = 0
+
+    async def send(self, destination: str, body: bytes, headers: dict) -> None:
+        self.sent += 1
+
+
+@pytest.mark.anyio
+async def test_a_fixed_rate_producer_that_starts_late_reports_the_rate_of_its_schedule() -> None:
+    """A producer whose schedule began 0.4 s before it could send catches up in a burst.
+
+    Its send rate is measured from when its first message was due, so the late start
+    shows as send lag; measured from its first actual send, 1,000 msgs/s would read as
+    about 1,670.
+    """
+    import time
+
+    from stompfast.loadgen.plan import plan_workers
+    from stompfast.loadgen.producer import ProducerState, send_all
+    from stompfast.loadgen.timeline import Recorder
+
+    config = LoadConfig(rate=1000, duration=1, count=None)
+    (worker,) = plan_workers(config, "stomp://127.0.0.1:61613", ["/queue/a"], "run")
+    ps = ProducerState(worker.producers[0], 1)
+    client = _CountingClient()
+    t0 = time.time_ns() - 400_000_000
+    await send_all(ps, client, t0, worker, Recorder(t0, 10**9))
+    assert client.sent == ps.measured == 1000
+    assert ps.first is not None and ps.last is not None
+    assert ps.first - t0 < 2_000_000
+    rate = ps.measured / ((ps.last - ps.first) / 1e9)
+    assert 950 <= rate <= 1001, rate
+    assert ps.lag.get_max_value() >= 390_000
+
+
 @pytest.mark.anyio
 async def test_a_dropped_connection_shows_as_errors_and_missing_messages() -> None:
     async with Broker() as broker:

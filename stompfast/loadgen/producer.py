@@ -28,7 +28,7 @@ class ProducerState:
         self.by_dest = [0] * destinations
         self.confirmed = 0
         self.warmup_sent = 0
-        # Wall ns of the first measured send
+        # Wall ns the measured span starts: the first measured send (open loop: its intended time if earlier)
         self.first: Optional[int] = None
         self.last: Optional[int] = None
         self.measured = 0
@@ -157,6 +157,10 @@ async def send_all(
                         ps.confirmed += in_tx
                         rec.confirmed += in_tx
                     in_tx = 0
+            if rate and ps.first is None and i - first_i > warm:
+                # open loop: the measured span starts when the first measured message was due, so a
+                # producer that started late and caught up shows it as send lag, not as a higher rate
+                burst_start = min(burst_start, t0 + int((first_i + warm + phase) * step))
             _account(ps, rec, i, i - first_i, warm, burst_start, now)
             first_i = i
             warm = 0
@@ -196,8 +200,9 @@ def _account(ps: ProducerState, rec: Recorder, sent: int, burst: int, warm: int,
     """Count a burst once its ``burst`` messages were handed to the client: ``sent`` is the producer's total so far.
 
     ``warm`` of them were warm-up. The others are measured: the first measured burst's
-    ``burst_start`` is the producer's first measured send, the last one's ``now`` its
-    last (wall-clock ns).
+    ``burst_start`` is the start of the producer's measured span (closed loop: its first
+    measured send; open loop: that message's intended time if earlier), the last one's
+    ``now`` its last send (wall-clock ns).
     """
     if not burst:
         return
