@@ -1,6 +1,6 @@
 """Raw-socket probes of a live Artemis (scripts/brokers.sh start artemis): prints frames as seen.
 
-Stdlib only. Usage: python scripts/artemis_facts.py [a b c d e f g auth] (default: all).
+Stdlib only. Usage: python scripts/artemis_facts.py [a b c d e f g h auth] (default: all).
 Ports from STOMPFAST_ARTEMIS_PORT / STOMPFAST_ARTEMIS_PREFIX_PORT (61618 / 61619).
 Destinations get a per-run suffix, so runs do not see each other's messages. Heart-beat counts
 include the EOL Artemis writes after every frame's NUL. Not a test: evidence for docs/notes.
@@ -503,8 +503,49 @@ def fact_g() -> None:
             print("(not acked: redelivered to the next subscription)")
 
 
+def auto_ack_race(tries: int, pause: float) -> None:
+    """Subscribe with ack:auto, take one message, UNSUBSCRIBE after ``pause`` s, look for it again."""
+    p = Conn(PREFIX_PORT)
+    c = Conn(PREFIX_PORT)
+    again = errors = 0
+    for i in range(tries):
+        if c.closed:
+            c.close()
+            c = Conn(PREFIX_PORT)
+        q = "/queue/h-%s-%d-%d" % (RUN, pause * 1000, i)
+        c.send("SUBSCRIBE", {"id": "a%d" % i, "destination": q, "ack": "auto"})
+        sent_with_receipt(p, q, b"once")
+        f = c.read(5)
+        assert f and f[0] == "MESSAGE", show(f)
+        if pause:
+            time.sleep(pause)
+        c.send("UNSUBSCRIBE", {"id": "a%d" % i})
+        c.send("SUBSCRIBE", {"id": "c%d" % i, "destination": q, "ack": "client-individual"})
+        f = c.read(0.3)
+        if f and f[0] == "MESSAGE":
+            again += 1
+            c.send("ACK", {"id": f[1]["ack"]})
+            f = c.read(0.3)
+        if f and f[0] == "ERROR":
+            errors += 1
+            print("  try %d: %s" % (i, show(f)))
+            c.closed = True
+        else:
+            c.send("UNSUBSCRIBE", {"id": "c%d" % i})
+    c.close()
+    p.close()
+    print("pause %.3f s: delivered again %d, ERROR %d, in %d tries" % (pause, again, errors, tries))
+
+
+def fact_h() -> None:
+    print("== h. ack:auto, the subscription left at once after one message: delivered again?")
+    tries = int(os.environ.get("STOMPFAST_PROBE_TRIES", "300"))
+    auto_ack_race(tries, 0.0)
+    auto_ack_race(tries, 0.05)
+
+
 def main(argv: List[str]) -> None:
-    names = argv or ["auth", "a", "b", "c", "d", "e", "f", "g"]
+    names = argv or ["auth", "a", "b", "c", "d", "e", "f", "g", "h"]
     for n in names:
         globals()["fact_" + n]()
 

@@ -56,6 +56,11 @@ async def test_oversized_message_between_two_good_ones(broker, broker_url, queue
                     assert third.body == b"third" and not third.oversized
                     if ack != "auto":
                         await third.ack(receipt=True)
+                    elif broker == "artemis":
+                        # Artemis acknowledges an auto message in a task after the delivery: leaving
+                        # before it runs puts the message back (docs/brokers.md, Auto acknowledgement on
+                        # Artemis; CI saw "third" again once in about ten runs)
+                        await anyio.sleep(0.1)
             assert consumer.is_connected and consumer.error is None
             assert consumer.stats().reconnects == 0
         # nothing is left on the queue: the oversized message is not redelivered
