@@ -392,6 +392,78 @@ def test_reconnect_by_calling_connect_again(broker: Broker, queue: str) -> None:
     assert [m.body for m in rec.of("message")] == ["round 0", "round 1", "round 2"]
 
 
+@stompfast_only
+def test_disconnect_with_a_receipt_returns_after_the_receiver_ended(broker: Broker) -> None:
+    """disconnect(receipt) returns once the receiver thread is done, its listeners included.
+
+    It used to return when the receipt marked the connection ended, while the receiver
+    still ran: a connect() right after then raced it, and CI saw the old receiver close
+    the new socket and forget its host (``on_connecting(None)``). A slow
+    ``on_disconnected`` makes that window wide here. stomp.py returns at the mark.
+    """
+    conn = make(broker)
+    seen: list = []
+
+    class Slow(stomp.ConnectionListener):  # type: ignore[misc]
+        def on_connecting(self, host_and_port: Any) -> None:
+            seen.append(("connecting", host_and_port))
+
+        def on_disconnected(self) -> None:
+            time.sleep(0.2)
+            seen.append("disconnected")
+
+        def on_receiver_loop_completed(self, frame: Any) -> None:
+            seen.append("completed")
+
+    conn.set_listener("slow", Slow())
+    stop = conn.transport.stop
+
+    def late_stop(timeout: Any = None) -> bool:
+        # the calling thread descheduled between writing the DISCONNECT and waiting, as under
+        # CI's load: the receipt has marked the connection ended before the wait begins
+        time.sleep(0.1)
+        return bool(stop(timeout))
+
+    for round_ in range(4):
+        # every other round: the receipt came before the wait began, or after
+        conn.transport.stop = late_stop if round_ % 2 else stop
+        conn.connect("guest", "guest", wait=True)
+        conn.disconnect(receipt=f"bye-{round_}")
+        assert seen[-2:] == ["disconnected", "completed"], seen
+    host = ("127.0.0.1", broker.port)
+    assert [e for e in seen if e not in ("disconnected", "completed")] == [("connecting", host)] * 4
+
+
+@stompfast_only
+def test_a_listener_that_connects_again_on_disconnected_keeps_the_new_session(broker: Broker, queue: str) -> None:
+    """Reconnecting from on_disconnected (the usual stomp.py recipe) after the broker dropped the connection.
+
+    The old receiver thread finishes after the new one started: it must not mark the
+    new one ended, or disconnect(receipt) would return before the new receiver does.
+    """
+    conn = make(broker)
+    again = threading.Event()
+    slow_end: list = []
+
+    class Reconnect(stomp.ConnectionListener):  # type: ignore[misc]
+        def on_disconnected(self) -> None:
+            if not again.is_set():
+                again.set()
+                conn.connect("guest", "guest", wait=True)
+            else:
+                time.sleep(0.2)
+                slow_end.append("disconnected")
+
+    conn.set_listener("reconnect", Reconnect())
+    conn.connect("guest", "guest", wait=True)
+    broker.drop_connections()
+    wait_until(again.is_set, what="the reconnect")
+    wait_until(conn.is_connected, what="the new session")
+    subscribe(conn, "1.1", queue)
+    conn.disconnect(receipt="bye")
+    assert slow_end == ["disconnected"]
+
+
 def test_a_non_fatal_error_keeps_the_session(broker: Broker, queue: str) -> None:
     conn = make(broker)
     rec = Recorder()

@@ -20,6 +20,7 @@ connection's ``wait_timeout``) says so.
 """
 
 import errno
+import functools
 import math
 import random
 import select
@@ -89,7 +90,12 @@ class BaseTransport(listener.Publisher):
         self._listeners_lock = threading.Lock()
         self._receiver_exit = threading.Condition()
         self._disconnected_lock = threading.Lock()
-        self._receiver_exited = False
+        # No receiver thread yet: stop() has nothing to wait for
+        self._receiver_exited = True
+        # Counts start()s: a receiver thread ending after a newer one started (a listener
+        # that connects again from on_disconnected) must not mark that one's end
+        self._receiver_generation = 0
+        self._receiver_ident: Optional[int] = None
         self._connect_wait = threading.Condition()
         self._send_wait = threading.Condition()
 
@@ -108,18 +114,26 @@ class BaseTransport(listener.Publisher):
         self.attempt_connection()
         with self._receiver_exit:
             self._receiver_exited = False
-        self.create_thread_fc(self._receiver_loop)
+            self._receiver_generation += 1
+            generation = self._receiver_generation
+        self.create_thread_fc(functools.partial(self._receiver_loop, generation))
         self.notify("connecting")
 
     def stop(self, timeout: Optional[float] = None) -> bool:
-        """Wait until the receiver thread has ended or the connection is no longer connected.
+        """Wait until the receiver thread has ended, its clean-up and ``on_disconnected`` included.
 
-        ``timeout`` (a stompfast addition; ``None``, stomp.py's, waits for ever) bounds the
-        wait in seconds. Returns whether the wait ended before the time was up.
+        On the receiver thread itself (a listener's call) it waits only while the
+        connection is connected, as stomp.py's does. ``timeout`` (a stompfast addition;
+        ``None``, stomp.py's, waits for ever) bounds the wait in seconds. Returns whether
+        the wait ended before the time was up.
         """
         deadline = None if timeout is None else monotonic() + timeout
+        # The receiver's end comes after the DISCONNECT's receipt marks the connection
+        # ended: returning at that mark let a connect() that followed race the ending
+        # receiver, which then closed the new socket and forgot its host (seen in CI)
+        on_receiver = threading.get_ident() == self._receiver_ident
         with self._receiver_exit:
-            while not self._receiver_exited and self.is_connected():
+            while not self._receiver_exited and (not on_receiver or self.is_connected()):
                 if deadline is None:
                     self._receiver_exit.wait()
                     continue
@@ -341,7 +355,12 @@ class BaseTransport(listener.Publisher):
     def _new_scanner(self) -> FrameScanner:
         return FrameScanner(version=self.version)
 
-    def _receiver_loop(self) -> None:
+    def _receiver_loop(self, generation: int) -> None:
+        """The receiver thread: read, scan and hand out frames until the connection ends.
+
+        ``generation`` is the :meth:`start` that began it.
+        """
+        self._receiver_ident = threading.get_ident()
         log.debug("starting receiver loop (%s)", threading.current_thread())
         scanner = self._new_scanner()
         decode = self._auto_decode
@@ -400,16 +419,20 @@ class BaseTransport(listener.Publisher):
         finally:
             self.running = False
             self.cleanup()
-            with self._receiver_exit:
-                self._receiver_exited = True
-                self._receiver_exit.notify_all()
             log.debug("receiver loop ended")
             self.notify("receiver_loop_completed")
             if self._claim_disconnected():
                 self.notify("disconnected")
             with self._connect_wait:
                 self._connect_wait.notify_all()
-            self.notified_on_disconnect = False
+            # Last, so stop() returns once nothing of this connection is left running; and
+            # only while no newer start() (on_disconnected connecting again) took over
+            with self._receiver_exit:
+                if self._receiver_generation == generation:
+                    self.notified_on_disconnect = False
+                    self._receiver_exited = True
+                    self._receiver_ident = None
+                    self._receiver_exit.notify_all()
 
 
 def _name(item: Tuple[str, Any]) -> str:
