@@ -91,9 +91,13 @@ async def send_all(
                     break
                 mono = time.monotonic_ns()
                 ahead = mono0 + intended - mono
-                if ahead > 0:
+                # until message i is due: uvloop's timers have millisecond resolution and can
+                # wake a sleep up to a millisecond early, and a message sent before its intended
+                # time would read as less latency than it had
+                while ahead > 0:
                     await anyio.sleep(ahead / 1e9)
                     mono = time.monotonic_ns()
+                    ahead = mono0 + intended - mono
                 # every message due by now, at most a burst before yielding
                 due = int((mono - mono0) / step - phase) + 1
                 stop = min(quota, i + _BURST, max(due, i + 1))
