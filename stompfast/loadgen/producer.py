@@ -91,11 +91,12 @@ async def send_all(
                     break
                 mono = time.monotonic_ns()
                 ahead = mono0 + intended - mono
-                # until message i is due: uvloop's timers have millisecond resolution and can
-                # wake a sleep up to a millisecond early, and a message sent before its intended
-                # time would read as less latency than it had
+                # until message i is due, in whole milliseconds: uvloop's timers have that
+                # resolution and wake a shorter sleep at once (a spin, at high rates) or a longer
+                # one up to a millisecond early, and a message sent before its intended time
+                # would read as less latency than it had
                 while ahead > 0:
-                    await anyio.sleep(ahead / 1e9)
+                    await anyio.sleep(-(-ahead // 1_000_000) / 1e3)
                     mono = time.monotonic_ns()
                     ahead = mono0 + intended - mono
                 # every message due by now, at most a burst before yielding
