@@ -116,6 +116,7 @@ from .errors import (
     ConnectionLostError,
     ConnectTimeout,
     RequestTimeout,
+    ServerError,
     StaleMessageError,
     StompError,
 )
@@ -559,6 +560,10 @@ class AsyncClient:
             # Our own close is under way (it may be what ended the connection):
             # only end the waits, so that close does not sit out its timeout.
             link.fail_receipts(error)
+            return
+        if link.inbox.ending and not isinstance(error, ServerError):
+            # The broker's ERROR ended this connection and its later ERRORs are being
+            # read (a write refused meanwhile is a consequence): that ERROR comes next.
             return
         if (
             self._supervisor.policy.enabled

@@ -46,7 +46,29 @@ from .errors import (
     ServerError,
 )
 
-__all__ = ["Inbox"]
+__all__ = ["ERROR_GRACE", "Inbox", "read_later_errors"]
+
+#: Seconds the client reads on after an ERROR that ends the session, for the ERRORs a
+#: broker sends after it (RabbitMQ 4.x puts the reason in a second frame); the wait
+#: ends at once when the broker closes the connection, as STOMP says it must.
+ERROR_GRACE = 0.5
+
+
+async def read_later_errors(transport: StompTransport, protocol: StompProtocol) -> None:
+    """After an ERROR that ended the session: feed ``protocol`` until the broker closes, at most ERROR_GRACE s.
+
+    The protocol folds each later ERROR into its ``ending_error``; a read that
+    fails ends the wait as an EOF does (the ERROR is what ended the connection).
+    """
+    with anyio.move_on_after(ERROR_GRACE):
+        while protocol.reading_errors:
+            try:
+                data = await transport.receive(READ_SIZE)
+            except ConnectionLostError:
+                return
+            if not data:
+                return
+            protocol.receive_data(data)
 
 
 def _no_clock() -> float:
@@ -96,7 +118,7 @@ class Inbox:
     __slots__ = (
         "transport", "protocol", "subs", "receipts", "rtt", "peer", "clock", "loop", "stall_timeout",
         "heartbeat_tolerance", "on_failure", "fail_receipts", "log_frames", "push", "closed", "closing",
-        "release", "paused_on", "stalled", "stall_handle", "last_received", "watching",
+        "release", "paused_on", "stalled", "stall_handle", "last_received", "watching", "ending", "ending_handle",
         "frames_in", "bytes_in", "received_gone", "receipts_ok", "receipts_failed", "errors",
     )
 
@@ -138,6 +160,10 @@ class Inbox:
         self.closing = False
         # (pull) the client failed for good: the reader frees the socket on its way out
         self.release = False
+        # An ERROR ended the session and the broker's later ERRORs are being read (ERROR_GRACE)
+        self.ending = False
+        # (push) the timer that ends that reading
+        self.ending_handle: Any = None
         # The full inlet the reader waits for
         self.paused_on: Optional[Inlet] = None
         # Stopped for stall_timeout: new receipts fail at once
@@ -168,6 +194,9 @@ class Inbox:
         """
         self.closed = True
         self.release = self.release or release
+        if self.ending_handle is not None:
+            self.ending_handle.cancel()
+            self.ending_handle = None
         if self.push:
             self._unpause()
 
@@ -188,6 +217,9 @@ class Inbox:
             if now < deadline:
                 await anyio.sleep(deadline - now)
                 continue
+            # An ERROR ended the session: its own failure is on its way
+            if self.ending:
+                return
             # We are not reading: silence proves nothing
             if self.paused_on is not None:
                 self.last_received = now
@@ -212,7 +244,7 @@ class Inbox:
         try:
             if leftover:
                 await self._dispatch(leftover)
-            while True:
+            while not self.ending:
                 data = await transport.receive(READ_SIZE)
                 if not data:
                     if self.closed:
@@ -241,6 +273,8 @@ class Inbox:
                     raise
                 if events:
                     await self._dispatch(events)
+            await read_later_errors(transport, protocol)
+            self._error_read()
         except (ConnectionLostError, RemoteProtocolError) as exc:
             if not self.closed:
                 # (without the traceback: its frames hold this connection's session)
@@ -294,7 +328,7 @@ class Inbox:
                     continue
                 for sub in touched:
                     sub.ready.set()
-                self.on_failure(event.error)
+                self._ended_by_error()
                 return None
             elif type(event) is OversizedMessage:
                 # Last in the chain, so the per-message path pays nothing for it:
@@ -317,6 +351,25 @@ class Inbox:
                 else:
                     full.append(sub)
         return full
+
+    def _ended_by_error(self) -> None:
+        """An ERROR ended the session: fail now, or once the broker's later ERRORs are read (ERROR_GRACE)."""
+        if not self.protocol.reading_errors or self.closed:
+            self.on_failure(self.protocol.ending_error)  # type: ignore[arg-type]  # (an ERROR came)
+            return
+        self.ending = True
+        if self.push:
+            self.ending_handle = self.loop.call_later(ERROR_GRACE, self._error_read)
+        # (pull: the reader reads on, read_later_errors)
+
+    def _error_read(self) -> None:
+        """The broker closed after its ERROR, or ERROR_GRACE passed: fail with every ERROR it sent."""
+        if self.ending_handle is not None:
+            self.ending_handle.cancel()
+            self.ending_handle = None
+        if self.ending and not self.closed:
+            self.on_failure(self.protocol.ending_error)  # type: ignore[arg-type]  # (an ERROR came)
+        self.ending = False
 
     def _error_kept(self, error: ServerError) -> None:
         """An ERROR after which the broker keeps the session: fail the receipt it names, else log it.
@@ -379,6 +432,11 @@ class Inbox:
                 # Its frames would keep the failed session alive
                 self.on_failure(exc.with_traceback(None))
                 return
+            if self.ending:
+                # The broker's last words after its ERROR (folded by the protocol)
+                if not self.protocol.reading_errors:
+                    self._error_read()
+                return
             if events:
                 full = self.dispatch_now(events)
                 if full and not self.closed:
@@ -391,7 +449,10 @@ class Inbox:
         """(Push mode: the transport's connection_lost.) The connection ended: why, unless it was ours."""
         protocol = self.protocol
         try:
-            if not self.closed and (protocol.state is SessionState.CLOSED or self.closing):
+            if self.ending:
+                # The broker closed after its ERROR, as STOMP says it must
+                self._error_read()
+            elif not self.closed and (protocol.state is SessionState.CLOSED or self.closing):
                 # our close: a broker may end it without the DISCONNECT's RECEIPT (RabbitMQ's
                 # Web-STOMP closes the WebSocket); stop waiting for it (the client only ends the waits)
                 self.on_failure(ClientClosedError("the client is closed"))

@@ -26,7 +26,7 @@ import anyio.abc
 
 from ._config import Endpoint
 from ._framelog import FrameLog, frame_log
-from ._inbox import Inbox
+from ._inbox import Inbox, read_later_errors
 from ._outbox import WRITE_THROUGH_BYTES, Outbox
 from ._protocol import Connected, ErrorReceived, StompProtocol
 from ._receipt import PendingReceipt, ReceiptRegistry
@@ -477,4 +477,5 @@ async def _await_connected(
             if isinstance(event, ErrorReceived):
                 counters.frames_in += 1
                 counters.errors += 1
-                raise event.error
+                await read_later_errors(transport, protocol)
+                raise protocol.ending_error  # type: ignore[misc]  # (an ERROR came)

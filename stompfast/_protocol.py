@@ -136,6 +136,8 @@ _ALLOWED: Dict[SessionState, FrozenSet[str]] = {
 }
 #: encoded SEND heads kept per (destination, content-type) before the cache is cleared
 _SEND_HEADS_MAX = 1024
+#: ERROR frames after the one that ended a session kept in ``ServerError.errors``; more are counted
+MAX_LATER_ERRORS = 7
 
 
 def check_destination(destination: Any) -> None:
@@ -335,6 +337,12 @@ class StompProtocol:
         self._next_tx = 0
         self._transactions: Set[str] = set()
         self.disconnect_receipt: Optional[str] = None
+        # The ERROR that ended the session, and the ERRORs the broker sent after it
+        self._ending: Optional[ServerError] = None
+        self._later_errors: List[ServerError] = []
+        self._more_errors = 0
+        # Later bytes are still scanned for ERRORs (until a framing fault)
+        self._reading_errors = False
 
     # -- state -------------------------------------------------------------------
 
@@ -879,8 +887,12 @@ class StompProtocol:
         An ERROR frame is the last event: STOMP says "the server MUST then close
         the connection just after sending the ERROR frame", so the session is
         failed, and whatever the broker sends after it (frames, bytes, even a
-        framing fault) is ignored, in this call and every later one. Events before
-        the ERROR are returned with it, never lost.
+        framing fault) gives no event, in this call and every later one. Events
+        before the ERROR are returned with it, never lost. Some brokers send more
+        than one ERROR before they close (RabbitMQ 4.x: the reason comes second),
+        so later bytes are still scanned for ERROR frames, which are folded into
+        :attr:`ending_error`: a driver reads on until the broker closes (briefly,
+        while :attr:`reading_errors`) and then raises that.
 
         Raises:
             RemoteProtocolError: the broker broke framing or the session rules;
@@ -888,7 +900,9 @@ class StompProtocol:
                 are not lost: they are in ``events`` on the exception.
         """
         if self._state is SessionState.FAILED:
-            # After ERROR (or a fault) nothing the broker sends counts
+            # After ERROR (or a fault) only a later ERROR counts
+            if self._reading_errors:
+                self._read_later_errors(data)
             return []
         try:
             frames = self._scanner.feed(data)
@@ -896,7 +910,8 @@ class StompProtocol:
             # Raises on its own fault, with its events
             events = self._events(exc.frames)
             if events and type(events[-1]) is ErrorReceived:
-                # The fault came after the broker's ERROR: ignored
+                # The fault came after the broker's ERROR: ignored, and ends the reading of later ERRORs
+                self._reading_errors = False
                 return events
             self.state = SessionState.FAILED
             exc.events = events  # type: ignore[attr-defined]
@@ -975,8 +990,12 @@ class StompProtocol:
                     append(ErrorReceived(self._server_error(frame, connecting), ends_session=False))
                     continue
                 self._move("<ERROR")
-                append(ErrorReceived(self._server_error(frame, connecting)))
-                # The connection ends here: later frames are ignored
+                self._ending = self._server_error(frame, connecting)
+                self._reading_errors = True
+                # The connection ends here: of the later frames only ERRORs count
+                after = next(i for i, f in enumerate(frames) if f is frame) + 1
+                self._fold_errors(frames[after:])
+                append(ErrorReceived(self.ending_error))  # type: ignore[arg-type]  # (set above)
                 return
             else:
                 raise RemoteProtocolError(f"the broker sent a {command} frame, which only clients send")
@@ -1005,6 +1024,36 @@ class StompProtocol:
         self.session = headers.get("session")
         self.heart_beat = negotiate_heart_beat(self.requested_heart_beat, headers.get("heart-beat"))
         return Connected(version, self.server, self.session, self.heart_beat, frame.headers)
+
+    @property
+    def ending_error(self) -> Optional[ServerError]:
+        """The ERROR that ended the session with every later ERROR folded in (``ServerError.errors``); None before."""
+        if self._ending is None or not (self._later_errors or self._more_errors):
+            return self._ending
+        return self._ending.followed_by(self._later_errors, self._more_errors)
+
+    @property
+    def reading_errors(self) -> bool:
+        """An ERROR ended the session and later bytes may still bring ERRORs (until a framing fault)."""
+        return self._reading_errors
+
+    def _read_later_errors(self, data: bytes) -> None:
+        try:
+            frames = self._scanner.feed(data)
+        except RemoteProtocolError as exc:
+            # Whatever came before the fault still counts; nothing after it can be read
+            self._reading_errors = False
+            frames = exc.frames  # type: ignore[assignment]
+        self._fold_errors(frames)
+
+    def _fold_errors(self, frames: Sequence[Frame]) -> None:
+        connecting = isinstance(self._ending, AuthenticationError)
+        for frame in frames:
+            if frame[0] == "ERROR":
+                if len(self._later_errors) < MAX_LATER_ERRORS:
+                    self._later_errors.append(self._server_error(frame, connecting))
+                else:
+                    self._more_errors += 1
 
     def _error_keeps_session(self, headers: Mapping[str, str]) -> bool:
         """Whether the broker that sent this ERROR keeps the session after it (ERRORS_THAT_KEEP_THE_SESSION)."""

@@ -38,7 +38,7 @@ only positional argument and the data as keywords, and ``__reduce__`` keeps both
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Tuple
 
 __all__ = [
     "AlreadySettledError",
@@ -279,21 +279,49 @@ class RequestTimeout(StompTimeout):
 class ServerError(StompError):
     """The broker sent an ERROR frame.
 
+    A broker may send more than one ERROR before it closes the connection
+    (RabbitMQ 4.x sends ``Processing error`` and then, in a second frame, the
+    reason). The client reads on until the broker closes (a short, bounded wait)
+    and folds every later ERROR into the first: the message names each one's
+    reason, and ``errors`` holds them all.
+
     Attributes:
-        headers: the ERROR frame's headers (a mapping, first of repeats wins).
-        body: the ERROR frame's body, which often holds the details.
+        headers: the first ERROR frame's headers (a mapping, first of repeats wins).
+        body: the first ERROR frame's body, which often holds the details.
         receipt_id: the ``receipt-id`` header, when the ERROR answers a receipt.
+        errors: one ServerError per ERROR frame the broker sent before it closed,
+            in order, this first one's own frame included (at most 8; the
+            message says how many more came).
     """
 
     headers: Mapping[str, str] = {}
     body: bytes = b""
     receipt_id: Optional[str] = None
+    errors: Tuple["ServerError", ...] = ()
 
     def __init__(self, message: str = "", **data: Any) -> None:
         # A Frame's read-only mapping does not pickle; a dict does
         if "headers" in data:
             data["headers"] = dict(data["headers"])
         super().__init__(message, **data)
+
+    def followed_by(self, later: Sequence["ServerError"], more: int = 0) -> "ServerError":
+        """A new error of this class: this one with the ERRORs the broker sent after it folded in.
+
+        ``later``: the errors of the later frames kept, in order; ``more``: the
+        frames after those, only counted. The first frame's headers, body and
+        receipt id stay the error's own; the message gains each later reason it
+        does not already say.
+        """
+        message = self.message
+        for error in later:
+            if error.message and error.message not in message:
+                message += f"; then ERROR: {error.message}"
+        if more:
+            message += f" (and {more:,} more ERROR frame{'s' if more != 1 else ''})"
+        return type(self)(
+            message, headers=self.headers, body=self.body, receipt_id=self.receipt_id, errors=(self, *later)
+        )
 
 
 class AuthenticationError(ServerError):

@@ -296,6 +296,26 @@ def _connected_with(**headers: str) -> Callable[[Conn], None]:
     return handler
 
 
+def _two_errors(conn: Conn) -> None:
+    """RabbitMQ 4.x's shape: ``Processing error`` first, the reason in a second ERROR, then close."""
+    # (no Nagle: the first ERROR must reach the client before the second is sent)
+    conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn.send("ERROR", {"message": "Processing error"}, b"Processing error")
+    time.sleep(0.02)
+    conn.send("ERROR", {"message": "Feature transient_nonexcl_queues is deprecated"}, b"see the deprecated features")
+
+
+def _two_errors_answering_connect(conn: Conn) -> None:
+    conn.read_frame()
+    _two_errors(conn)
+
+
+def _two_errors_then_open(conn: Conn, sub: Frame) -> None:
+    """Two ERRORs, then the connection stays open: the client reads on only briefly."""
+    conn.send("ERROR", {"message": "first"})
+    conn.send("ERROR", {"message": "second reason"})
+
+
 def _error_then_frames(conn: Conn, sub: Frame) -> None:
     conn.send_raw(_message(sub, b"before") + encode_frame("ERROR", {"message": "bad thing"}, b"detail")
                   + _message(sub, b"after", **{"message-id": "m2"}))
@@ -334,6 +354,12 @@ CASES = [
     Case("silence after CONNECTED", "receive", _silent_after_connected, "HeartbeatTimeout", "",
          deadline=3.0, options={"heart_beat": (100, 100)}),
     Case("ERROR followed by frames in one read", "receive", _then(_error_then_frames), "ServerError", "bad thing"),
+    Case("two ERRORs answering CONNECT, the reason second", "connect", _two_errors_answering_connect,
+         "AuthenticationError", "Processing error; then ERROR: Feature transient_nonexcl_queues"),
+    Case("two ERRORs, the reason second, then close", "receive",
+         lambda c: (_subscribed(c), _two_errors(c)), "ServerError", "then ERROR: Feature transient_nonexcl_queues"),
+    Case("two ERRORs, then the connection left open", "receive", _then(_two_errors_then_open), "ServerError",
+         "first; then ERROR: second reason"),
 ]
 
 

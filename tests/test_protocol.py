@@ -552,6 +552,72 @@ def test_error_answering_connect_followed_by_frames_is_the_authentication_error(
     assert p.receive_data(encode_frame("CONNECTED", {"version": "1.2"})) == []
 
 
+# -- more than one ERROR before the broker closes (RabbitMQ 4.x: the reason comes second) --------
+
+_PROCESSING = encode_frame("ERROR", {"message": "Processing error"}, b"Processing error")
+_REASON = encode_frame("ERROR", {"message": "Feature transient_nonexcl_queues is deprecated"}, b"see the docs")
+
+
+@pytest.mark.parametrize("apart", [False, True], ids=["one-read", "two-reads"])
+def test_every_error_before_the_close_is_folded_into_the_ending_error(apart):
+    p = connected()
+    p.subscribe("/q")
+    if apart:
+        (event,) = p.receive_data(_PROCESSING)
+        assert p.reading_errors and str(event.error) == "Processing error"
+        assert p.receive_data(_REASON) == []
+    else:
+        (event,) = p.receive_data(_PROCESSING + _REASON)
+    error = p.ending_error
+    assert type(error) is ServerError
+    assert str(error) == "Processing error; then ERROR: Feature transient_nonexcl_queues is deprecated: see the docs"
+    # the first frame's own data stays the error's; each frame is kept
+    assert error.headers["message"] == "Processing error" and error.body == b"Processing error"
+    assert [str(e) for e in error.errors] == [
+        "Processing error", "Feature transient_nonexcl_queues is deprecated: see the docs"
+    ]
+    assert p.state is SessionState.FAILED and p.reading_errors
+
+
+def test_later_errors_answering_connect_keep_the_authentication_error_class():
+    p = StompProtocol()
+    p.connect()
+    p.receive_data(encode_frame("ERROR", {"message": "Bad CONNECT"}, b"Access refused"))
+    p.receive_data(encode_frame("MESSAGE", {"subscription": "1", "message-id": "1"}) + _REASON)
+    error = p.ending_error
+    assert type(error) is AuthenticationError and all(type(e) is AuthenticationError for e in error.errors)
+    assert str(error) == (
+        "Bad CONNECT: Access refused; then ERROR: Feature transient_nonexcl_queues is deprecated: see the docs"
+    )
+
+
+def test_an_error_storm_keeps_eight_errors_and_counts_the_rest():
+    p = connected()
+    p.receive_data(b"".join(encode_frame("ERROR", {"message": f"storm {i}"}) for i in range(5000)))
+    p.receive_data(b"".join(encode_frame("ERROR", {"message": f"storm {i}"}) for i in range(5000, 10_000)))
+    error = p.ending_error
+    assert len(error.errors) == 8 and str(error.errors[-1]) == "storm 7"
+    assert str(error).endswith("storm 7 (and 9,992 more ERROR frames)")
+
+
+def test_a_framing_fault_after_the_error_ends_the_reading_of_later_errors():
+    p = connected()
+    p.receive_data(_PROCESSING)
+    # the ERROR before the fault in the same read still counts; nothing after it can be framed
+    assert p.receive_data(_REASON + b"BOGUS\n\n\x00" + _REASON) == []
+    assert not p.reading_errors
+    assert len(p.ending_error.errors) == 2
+    p.receive_data(_REASON)
+    assert len(p.ending_error.errors) == 2
+
+
+def test_an_ending_error_alone_is_the_error_of_its_event():
+    p = connected()
+    (event,) = p.receive_data(_PROCESSING)
+    assert p.ending_error is event.error and event.error.errors == ()
+    assert p.receive_data(b"\n\n") == [] and p.ending_error is event.error
+
+
 def test_a_second_connected_names_the_state_it_arrived_in():
     p = connected()
     with pytest.raises(RemoteProtocolError, match="CONNECTED while the session is connected"):
@@ -738,6 +804,8 @@ def test_which_errors_keep_the_session(server, headers, kept):
         assert [type(e) for e in events] == [ErrorReceived, Message] and events[1].body == b"after"
         assert p.send("/q", b"x")[0].startswith(b"SEND\n")
         assert "ends_session=False" in repr(events[0])
+        # a kept ERROR ends nothing, so nothing is read on for later ones
+        assert p.ending_error is None and not p.reading_errors
     else:
         assert p.state is SessionState.FAILED and len(events) == 1
         with pytest.raises(LocalProtocolError):
