@@ -14,6 +14,7 @@ from typing import Any, List
 import anyio
 import pytest
 
+import stompfast._inbox
 from stompfast._events import ErrorReceived
 from stompfast._inbox import Inbox
 from stompfast._protocol import StompProtocol
@@ -132,8 +133,36 @@ async def test_an_error_that_keeps_the_session_fails_only_its_receipt_and_one_th
     assert kept.done() and kept.error is error and not other.done() and h.failures == []
     assert h.inbox.errors == 1 and h.inbox.receipts_failed == 1
 
+    # an ending ERROR fails the link once the broker's later ERRORs are read (the reader's part, below)
     h.inbox.dispatch_now(h.protocol.receive_data(b"ERROR\nmessage:bye\n\n\x00"))
-    assert len(h.failures) == 1 and isinstance(h.failures[0], ServerError) and h.inbox.errors == 2
+    assert h.failures == [] and h.inbox.ending and h.inbox.errors == 2
+    h.inbox.close()
+    assert h.failures == []
+
+
+@pytest.mark.parametrize("then", [b"", None], ids=["broker-closes", "broker-stays"])
+async def test_the_pull_reader_fails_an_ending_error_with_the_errors_the_broker_sends_after_it(then, monkeypatch):
+    # RabbitMQ 4.x: "Processing error" first, the reason in a second ERROR, then it closes.
+    # The grace is far longer than the test may take when the close must end the wait,
+    # and short when the broker stays open, so that only the behaviour decides.
+    monkeypatch.setattr(stompfast._inbox, "ERROR_GRACE", 60 if then is not None else 0.2)
+    transport = ScriptedTransport()
+    h = Harness(transport)
+    started = anyio.current_time()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(h.inbox.reader, [])
+        await transport.send_chunk.send(b"ERROR\nmessage:Processing error\n\n\x00")
+        await anyio.sleep(0.05)
+        assert h.failures == [] and h.inbox.ending
+        await transport.send_chunk.send(b"ERROR\nmessage:the reason\n\n\x00")
+        if then is not None:
+            await transport.send_chunk.send(then)
+    (error,) = h.failures
+    assert type(error) is ServerError and str(error) == "Processing error; then ERROR: the reason"
+    assert [str(e) for e in error.errors] == ["Processing error", "the reason"]
+    # the close ends the wait; a broker that stays open is waited for ERROR_GRACE
+    elapsed = anyio.current_time() - started
+    assert elapsed < WAIT if then is not None else 0.2 <= elapsed < WAIT
 
 
 async def test_the_pull_reader_dispatches_reads_and_reports_the_broker_closing():
