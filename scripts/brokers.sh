@@ -9,11 +9,13 @@
 #                                                               ready (3 otherwise)
 #   scripts/brokers.sh clean   [rabbitmq|all]                   delete the queues test runs leave in RabbitMQ
 #                                                               (names stompfast-test-*, -lg-*, -cli-*, ...)
-#   scripts/brokers.sh env                                      `export STOMPFAST_..._URL=...` lines, for eval
+#   scripts/brokers.sh env     [rabbitmq4]                      `export STOMPFAST_..._URL=...` lines, for eval
 #   scripts/brokers.sh logs    [rabbitmq|activemq|artemis]      tail of the broker's log
-# No broker name means all three (for stop: ActiveMQ and Artemis, see below).
+# No broker name means all three (for stop: ActiveMQ and Artemis, see below). Every command also
+# takes `rabbitmq4`, a second RabbitMQ (4.3.x) that is never part of `all` (see below).
 #
 #   eval "$(scripts/brokers.sh env)"   # then run the integration tests
+#   eval "$(scripts/brokers.sh env rabbitmq4)"   # the same tests against the RabbitMQ 4 node
 #
 # Readiness means a STOMP CONNECT (accept-version:1.2, host:/, guest/guest) on the port is answered
 # by a CONNECTED frame, not merely an open TCP port; ActiveMQ and Artemis are ready only when both
@@ -47,6 +49,35 @@
 #   rabbit app stops (`restart rabbitmq` adds it again; a `stop_app` by anybody else drops it until
 #   the next `start`). If the listener is already up with another checkout's certificate, that
 #   certificate and its CA are adopted (copied into tls/) rather than replaced.
+# RabbitMQ 4 (`rabbitmq4`; Debian forky's rabbitmq-server 4.3.6 on Erlang 29, in the chroot that
+#   scripts/forky.sh makes under $STOMPFAST_FORKY_DIR, default $STOMPFAST_BROKERS_DIR/forky):
+#   a second node beside the 3.10 one, named rabbit4@localhost, with its own ports (below), its own
+#   epmd (ERL_EPMD_PORT 4370) and erlang cookie, everything on 127.0.0.1. The first `start rabbitmq4`
+#   makes the chroot (scripts/forky.sh ensure, about 45 s); every start writes the node's
+#   /etc/rabbitmq/rabbitmq.conf and enabled_plugins inside the chroot (rabbitmq_stomp and
+#   rabbitmq_web_stomp; listeners, guest/guest from loopback only, and a STOMP TLS listener with the
+#   same throwaway CA and server certificate as the 3.10 node's, copied to /etc/rabbitmq/stompfast-tls/
+#   readable by the chroot's rabbitmq user); when any of that changed and the node is up, the node is
+#   shut down and started again (the node reads it at boot only). The node runs as the chroot's
+#   rabbitmq user (setpriv, no PAM: open-files limit 65,536), in the foreground under setsid, in the
+#   private mount namespace of `forky.sh run`; rabbitmqctl for it runs inside the chroot the same way.
+#   Logs: <chroot>/var/log/rabbitmq/rabbit4@localhost.log and startup_log. Measured here: the first
+#   start of the node 5-7 s, `start` of a running node 1 s, stop_app + start_app 3-4 s; 160 MB RSS idle.
+#   STOMPFAST_RABBITMQ4_DENY_TRANSIENT_NONEXCL=1 adds `deprecated_features.permit.transient_nonexcl_queues
+#   = false` (default 0: the node's own default, permitted): a subscription to a non-durable,
+#   non-exclusive queue (e.g. /queue/x with durable:false and exclusive:false; durable:false alone
+#   makes the STOMP adapter declare the queue exclusive, which stays allowed) then gets two ERROR
+#   frames ("Processing error", then "AMQP channel died" with the reason) and the connection closes.
+#   Changing it restarts the node at the next `start rabbitmq4`. To shut the node down entirely:
+#   `scripts/forky.sh run` its rabbitmqctl shutdown, or SIGTERM its beam.smp.
+#   `env rabbitmq4` prints the ordinary variables (STOMPFAST_RABBITMQ_URL, _WS_URL, _TLS_URL, _PORT,
+#   _WS_PORT, _TLS_PORT, _AMQP_PORT) with the 4.x node's values and STOMPFAST_RABBITMQ_NODE=rabbitmq4
+#   (plain `env` prints STOMPFAST_RABBITMQ_NODE=rabbitmq). With STOMPFAST_RABBITMQ_NODE=rabbitmq4 in the
+#   environment this script reads STOMPFAST_RABBITMQ_PORT, _WS_PORT, _TLS_PORT and _AMQP_PORT as the 4.x
+#   node's (under its own STOMPFAST_RABBITMQ4_* variables) and gives the 3.10 node its default ports;
+#   `rabbitmq` always means the 3.10 node (a test that restarts the broker under test must name
+#   "$STOMPFAST_RABBITMQ_NODE"). `start` and `restart` of either node refuse when the two would share
+#   a port (say a STOMPFAST_RABBITMQ_PORT left over from an earlier `env rabbitmq4`).
 # ActiveMQ Classic (Debian package activemq, 5.17.2; installed with apt-get when missing):
 #   one private instance, non-persistent, no JMX, config/data/log/pid under $STOMPFAST_BROKERS_DIR
 #   (default <repo>/.brokers, git-ignored), STOMP on 61614 (plain) and 61615 (stomp+nio), max frame
@@ -74,12 +105,14 @@
 #   stop rabbitmq  `rabbitmqctl stop_app`: the Erlang node stays up, every listener (AMQP, STOMP,
 #                  Web-STOMP) closes and every connection is dropped; `start rabbitmq` brings it back
 #                  with `start_app` in a second or two. The node itself is never shut down.
+#   stop rabbitmq4 `rabbitmqctl stop_app` on the 4.x node, as for rabbitmq.
 #   stop artemis   SIGTERM to the instance this script started (pid file, or -Dartemis.instance=<our
 #                  instance> on a java command line), SIGKILL after STOMPFAST_ARTEMIS_STOP_TIMEOUT s.
 #   stop / stop all  ActiveMQ and Artemis. RabbitMQ is a machine-wide service; stop it only by name.
 # What restart does:
 #   restart rabbitmq  `rabbitmqctl stop_app && rabbitmqctl start_app` (starts the node if it is down),
 #                     then waits for STOMP again. Non-durable queues and all connections are lost.
+#   restart rabbitmq4 the same on the 4.x node (a full node restart instead if its settings changed).
 #   restart activemq  stop activemq + start activemq (non-persistent: every message is lost).
 #   restart artemis   stop artemis + start artemis (non-persistent: every message is lost); about
 #                     2 s to stop and 8-12 s to be ready again on this 2-core machine under load.
@@ -99,11 +132,22 @@
 #   STOMPFAST_ARTEMIS_VERSION    [2.40.0] Artemis version fetched from Maven Central
 #   STOMPFAST_ARTEMIS_JAVA_OPTS  [-Xms64m -Xmx512m]  extra JVM options for Artemis (after the profile's)
 #   STOMPFAST_ARTEMIS_STOP_TIMEOUT [20]   seconds between SIGTERM and SIGKILL
+#   STOMPFAST_RABBITMQ4_PORT     [61623]  RabbitMQ 4 STOMP port
+#   STOMPFAST_RABBITMQ4_WS_PORT  [15684]  RabbitMQ 4 Web-STOMP port (path /ws)
+#   STOMPFAST_RABBITMQ4_TLS_PORT [61627]  RabbitMQ 4 STOMP-over-TLS port
+#   STOMPFAST_RABBITMQ4_AMQP_PORT [5682]  RabbitMQ 4 AMQP port
+#   STOMPFAST_RABBITMQ4_DIST_PORT [25682] RabbitMQ 4 Erlang distribution port
+#   STOMPFAST_RABBITMQ4_EPMD_PORT [4370]  RabbitMQ 4 epmd port (ERL_EPMD_PORT)
+#   STOMPFAST_RABBITMQ4_CTL_DIST_PORT_MIN [35692]  its rabbitmqctl's distribution ports (11 from there)
+#   STOMPFAST_RABBITMQ4_DENY_TRANSIENT_NONEXCL [0]  1: deny the deprecated feature transient_nonexcl_queues
+#   STOMPFAST_RABBITMQ_NODE      [rabbitmq]  rabbitmq4: the STOMPFAST_RABBITMQ_*PORT variables are the 4.x node's
+#   STOMPFAST_FORKY_DIR          [$STOMPFAST_BROKERS_DIR/forky]  the chroot of RabbitMQ 4 (scripts/forky.sh)
 #   PYTHON                       [python3]  any Python 3 (stdlib only) for the readiness probe
 # `env` prints, from the same settings:
 #   STOMPFAST_RABBITMQ_URL=stomp://guest:guest@127.0.0.1:61613/
 #   STOMPFAST_RABBITMQ_WS_URL=ws://guest:guest@127.0.0.1:15674/ws
 #   STOMPFAST_RABBITMQ_TLS_URL=stomp+ssl://guest:guest@127.0.0.1:61617/
+#   STOMPFAST_RABBITMQ_NODE=rabbitmq   (`env rabbitmq4`: the 4.x node's URLs, its ports and rabbitmq4 instead)
 #   STOMPFAST_TLS_CA=<brokers dir>/tls/ca.pem           the CA that signed the TLS listener's certificate
 #   STOMPFAST_TLS_BAD_CA=<brokers dir>/tls/bad-ca.pem   a CA that signed nothing the brokers use
 #   STOMPFAST_ACTIVEMQ_URL=stomp://guest:guest@127.0.0.1:61614/
@@ -118,9 +162,30 @@ SCRIPT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0
 REPO=$(cd "$(dirname "$SCRIPT")/.." && pwd)
 
 HOST=127.0.0.1
-RABBIT_PORT=${STOMPFAST_RABBITMQ_PORT:-61613}
-RABBIT_WS_PORT=${STOMPFAST_RABBITMQ_WS_PORT:-15674}
-RABBIT_TLS_PORT=${STOMPFAST_RABBITMQ_TLS_PORT:-61617}
+case ${STOMPFAST_RABBITMQ_NODE:-rabbitmq} in
+    rabbitmq)
+        RABBIT_PORT=${STOMPFAST_RABBITMQ_PORT:-61613}
+        RABBIT_WS_PORT=${STOMPFAST_RABBITMQ_WS_PORT:-15674}
+        RABBIT_TLS_PORT=${STOMPFAST_RABBITMQ_TLS_PORT:-61617}
+        R4_PORT=${STOMPFAST_RABBITMQ4_PORT:-61623}
+        R4_WS_PORT=${STOMPFAST_RABBITMQ4_WS_PORT:-15684}
+        R4_TLS_PORT=${STOMPFAST_RABBITMQ4_TLS_PORT:-61627}
+        R4_AMQP_PORT=${STOMPFAST_RABBITMQ4_AMQP_PORT:-5682} ;;
+    rabbitmq4)
+        # `env rabbitmq4` was evaluated: the ordinary STOMPFAST_RABBITMQ_*_PORT variables name the
+        # 4.x node (what that printed), never the 3.10 one, which keeps its default ports.
+        RABBIT_PORT=61613 RABBIT_WS_PORT=15674 RABBIT_TLS_PORT=61617
+        R4_PORT=${STOMPFAST_RABBITMQ4_PORT:-${STOMPFAST_RABBITMQ_PORT:-61623}}
+        R4_WS_PORT=${STOMPFAST_RABBITMQ4_WS_PORT:-${STOMPFAST_RABBITMQ_WS_PORT:-15684}}
+        R4_TLS_PORT=${STOMPFAST_RABBITMQ4_TLS_PORT:-${STOMPFAST_RABBITMQ_TLS_PORT:-61627}}
+        R4_AMQP_PORT=${STOMPFAST_RABBITMQ4_AMQP_PORT:-${STOMPFAST_RABBITMQ_AMQP_PORT:-5682}} ;;
+    *)
+        echo "brokers: ERROR: STOMPFAST_RABBITMQ_NODE must be rabbitmq or rabbitmq4, not '$STOMPFAST_RABBITMQ_NODE'" >&2; exit 1 ;;
+esac
+R4_DIST_PORT=${STOMPFAST_RABBITMQ4_DIST_PORT:-25682}
+R4_EPMD_PORT=${STOMPFAST_RABBITMQ4_EPMD_PORT:-4370}
+R4_CTL_DIST_PORT_MIN=${STOMPFAST_RABBITMQ4_CTL_DIST_PORT_MIN:-35692}
+R4_DENY_TRANSIENT_NONEXCL=${STOMPFAST_RABBITMQ4_DENY_TRANSIENT_NONEXCL:-0}
 AMQ_PORT=${STOMPFAST_ACTIVEMQ_PORT:-61614}
 AMQ_NIO_PORT=${STOMPFAST_ACTIVEMQ_NIO_PORT:-61615}
 TIMEOUT=${STOMPFAST_BROKERS_TIMEOUT:-120}
@@ -138,6 +203,11 @@ for v in RABBIT_PORT RABBIT_WS_PORT RABBIT_TLS_PORT AMQ_PORT AMQ_NIO_PORT TIMEOU
          ART_PORT ART_PREFIX_PORT ART_STOP_TIMEOUT; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "brokers: ERROR: $v must be a positive integer, not '${!v}'" >&2; exit 1; }
 done
+for v in R4_PORT R4_WS_PORT R4_TLS_PORT R4_AMQP_PORT R4_DIST_PORT R4_EPMD_PORT R4_CTL_DIST_PORT_MIN; do
+    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "brokers: ERROR: $v (STOMPFAST_RABBITMQ4_...) must be a positive integer, not '${!v}'" >&2; exit 1; }
+done
+[[ $R4_DENY_TRANSIENT_NONEXCL =~ ^[01]$ ]] \
+    || { echo "brokers: ERROR: STOMPFAST_RABBITMQ4_DENY_TRANSIENT_NONEXCL must be 0 or 1, not '$R4_DENY_TRANSIENT_NONEXCL'" >&2; exit 1; }
 [[ $ART_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] \
     || { echo "brokers: ERROR: STOMPFAST_ARTEMIS_VERSION must look like 2.40.0, not '$ART_VERSION'" >&2; exit 1; }
 
@@ -153,6 +223,14 @@ AMQ_DATA=$AMQ_DIR/data
 AMQ_PIDFILE=$AMQ_DIR/activemq.pid
 AMQ_LOG=$AMQ_DIR/activemq.log
 
+FORKY=$(dirname "$SCRIPT")/forky.sh
+R4_ROOT=${STOMPFAST_FORKY_DIR:-$BROKERS_DIR/forky}
+case $R4_ROOT in /*) ;; *) R4_ROOT=$PWD/$R4_ROOT ;; esac
+R4_ROOT=${R4_ROOT%/}
+R4_NODE=rabbit4@localhost
+R4_LOG_DIR=$R4_ROOT/var/log/rabbitmq
+R4_STARTUP_LOG=$R4_LOG_DIR/startup_log
+
 ART_DIR=$BROKERS_DIR/artemis
 case $ART_DIR in /*) ;; *) ART_DIR=$PWD/$ART_DIR ;; esac
 ART_DIST=$ART_DIR/dist
@@ -165,6 +243,9 @@ ART_LOG=$ART_DIR/artemis.log
 rabbit_url()     { echo "stomp://guest:guest@$HOST:$RABBIT_PORT/"; }
 rabbit_ws_url()  { echo "ws://guest:guest@$HOST:$RABBIT_WS_PORT/ws"; }
 rabbit_tls_url() { echo "stomp+ssl://guest:guest@$HOST:$RABBIT_TLS_PORT/"; }
+r4_url()         { echo "stomp://guest:guest@$HOST:$R4_PORT/"; }
+r4_ws_url()      { echo "ws://guest:guest@$HOST:$R4_WS_PORT/ws"; }
+r4_tls_url()     { echo "stomp+ssl://guest:guest@$HOST:$R4_TLS_PORT/"; }
 amq_url()        { echo "stomp://guest:guest@$HOST:$AMQ_PORT/"; }
 amq_nio_url()    { echo "stomp://guest:guest@$HOST:$AMQ_NIO_PORT/"; }
 art_url()        { echo "stomp://guest:guest@$HOST:$ART_PORT/"; }
@@ -297,7 +378,21 @@ apt_install() {  # apt_install PACKAGE: quiet, non-interactive; `apt-get update`
 # ---------------------------------------------------------------------------------------------
 # RabbitMQ
 
-ctl() { "${SUDO[@]}" rabbitmqctl "$@"; }
+# With R4=1 (R4=1 rabbit_inspect, ...), the same rabbitmqctl call goes to the 4.x node in the chroot.
+R4=0
+ctl() { if [ "$R4" = 1 ]; then r4_ctl "$@"; else "${SUDO[@]}" rabbitmqctl "$@"; fi; }
+
+# rabbit_ports_check: the 3.10 and 4.x nodes must not be given a port in common (say a
+# STOMPFAST_RABBITMQ_PORT left over from an earlier `eval "$(brokers.sh env rabbitmq4)"`): `start
+# rabbitmq` would move the 3.10 node's listeners onto the 4.x node's ports.
+rabbit_ports_check() {
+    local a b
+    for a in "$RABBIT_PORT" "$RABBIT_WS_PORT" "$RABBIT_TLS_PORT"; do
+        for b in "$R4_PORT" "$R4_WS_PORT" "$R4_TLS_PORT" "$R4_AMQP_PORT"; do
+            [ "$a" != "$b" ] || die "port $a is given to both RabbitMQ 3.10 (STOMPFAST_RABBITMQ_*PORT: $RABBIT_PORT, $RABBIT_WS_PORT, $RABBIT_TLS_PORT) and RabbitMQ 4 ($R4_PORT, $R4_WS_PORT, $R4_TLS_PORT, $R4_AMQP_PORT); left over from eval \"\$(brokers.sh env rabbitmq4)\"? set STOMPFAST_RABBITMQ_NODE=rabbitmq4 or unset STOMPFAST_RABBITMQ_PORT, _WS_PORT, _TLS_PORT"
+        done
+    done
+}
 
 # One rabbitmqctl call (listeners read from ranch, which reflects the open sockets; the
 # rabbit_networking table keeps a stale web-stomp entry after a plugin restart): with "pin", first pin the STOMP listeners to loopback in the node's
@@ -382,8 +477,9 @@ Qs = lists:filter(Ours, rabbit_amqqueue:list(<<"/">>)),
 length(Qs).
 EOF
 )
-    n=$(ctl -q eval "$expr" 2>/dev/null) || { say "RabbitMQ: not running, nothing to clean"; return 0; }
-    say "RabbitMQ: deleted $n leftover test queue(s)"
+    local who=RabbitMQ; [ "$R4" = 1 ] && who="RabbitMQ 4"
+    n=$(ctl -q eval "$expr" 2>/dev/null) || { say "$who: not running, nothing to clean"; return 0; }
+    say "$who: deleted $n leftover test queue(s)"
 }
 
 rabbit_log_tail() {
@@ -574,6 +670,7 @@ rabbit_wait_stomp() {
 
 rabbit_start() {
     local t0 deadline; t0=$(now); deadline=$(awk -v n="$t0" -v t="$TIMEOUT" 'BEGIN { printf "%.3f", n + t }')
+    rabbit_ports_check
     rabbit_up "$deadline"
     rabbit_wait_stomp "$deadline" "$t0"
 }
@@ -591,6 +688,7 @@ rabbit_stop() {
 
 rabbit_restart() {
     local t0 deadline; t0=$(now); deadline=$(awk -v n="$t0" -v t="$TIMEOUT" 'BEGIN { printf "%.3f", n + t }')
+    rabbit_ports_check
     command -v rabbitmqctl >/dev/null 2>&1 || apt_install rabbitmq-server
     if ctl -q stop_app >/dev/null 2>&1; then
         ctl -q start_app >/dev/null || rabbit_fail "rabbitmqctl start_app failed"
@@ -618,6 +716,225 @@ rabbit_status() {
     elif msg=$(tls_probe "$RABBIT_TLS_PORT" 3); then printf '  (tls ready %s)' "$(rabbit_tls_url)"
     else printf '  (tls NOT READY: %s)' "$msg"; r=1; fi
     state=$(rabbit_inspect || true)
+    printf '  [%s]\n' "${state:-node down}"
+    return $r
+}
+
+# ---------------------------------------------------------------------------------------------
+# RabbitMQ 4.x (`rabbitmq4`): Debian forky's rabbitmq-server in the chroot of scripts/forky.sh
+
+# Inside the chroot, for the node and its CLI alike (the chroot's own erlang cookie, epmd, ports).
+R4_ENV=(HOME=/var/lib/rabbitmq PATH=/usr/lib/rabbitmq/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8
+        RABBITMQ_NODENAME="$R4_NODE" ERL_EPMD_PORT="$R4_EPMD_PORT" ERL_EPMD_ADDRESS="$HOST"
+        RABBITMQ_DIST_PORT="$R4_DIST_PORT" RABBITMQ_CTL_DIST_PORT_MIN="$R4_CTL_DIST_PORT_MIN"
+        RABBITMQ_CTL_DIST_PORT_MAX="$((R4_CTL_DIST_PORT_MIN + 10))" RUNNING_UNDER_SYSTEMD=true)
+
+# r4_in CMD...: CMD inside the chroot as its rabbitmq user, in R4_ENV only.
+r4_in() {
+    STOMPFAST_FORKY_DIR=$R4_ROOT bash "$FORKY" run /usr/bin/env -i "${R4_ENV[@]}" \
+        /usr/bin/setpriv --reuid=rabbitmq --regid=rabbitmq --init-groups "$@"
+}
+r4_ctl() { r4_in /usr/lib/rabbitmq/bin/rabbitmqctl "$@"; }
+r4_installed() { [ -s "$R4_ROOT/etc/stompfast-forky" ] && [ -x "$R4_ROOT/usr/lib/rabbitmq/bin/rabbitmqctl" ]; }
+
+# r4_config: write the node's rabbitmq.conf and enabled_plugins into the chroot's /etc/rabbitmq and
+# copy the TLS material there; sets R4_CONFIG_CHANGED=1 when any of it differs from what was there
+# (the node reads it at boot only: a running node then needs a restart).
+R4_CONFIG_CHANGED=0
+r4_config() {
+    local etc=$R4_ROOT/etc/rabbitmq conf plugins owner f deny=""
+    owner=$(awk -F: '$1 == "rabbitmq" { print $3 ":" $4 }' "$R4_ROOT/etc/passwd")
+    [ -n "$owner" ] || die "no rabbitmq user in $R4_ROOT/etc/passwd"
+    tls_material
+    [ "$R4_DENY_TRANSIENT_NONEXCL" = 1 ] && deny="
+# STOMPFAST_RABBITMQ4_DENY_TRANSIENT_NONEXCL=1: a non-durable, non-exclusive queue is refused
+deprecated_features.permit.transient_nonexcl_queues = false"
+    conf="# Written by scripts/brokers.sh on every \`start rabbitmq4\`; edit the script, not this file.
+listeners.tcp.1 = $HOST:$R4_AMQP_PORT
+distribution.listener.interface = $HOST
+loopback_users.guest = true
+stomp.listeners.tcp.1 = $HOST:$R4_PORT
+stomp.listeners.ssl.1 = $HOST:$R4_TLS_PORT
+web_stomp.tcp.ip = $HOST
+web_stomp.tcp.port = $R4_WS_PORT
+ssl_options.cacertfile = /etc/rabbitmq/stompfast-tls/ca.pem
+ssl_options.certfile = /etc/rabbitmq/stompfast-tls/server.pem
+ssl_options.keyfile = /etc/rabbitmq/stompfast-tls/server.key
+ssl_options.verify = verify_none
+ssl_options.fail_if_no_peer_cert = false$deny"
+    plugins="[rabbitmq_stomp,rabbitmq_web_stomp]."
+    mkdir -p "$etc/stompfast-tls"
+    if [ "$(cat "$etc/rabbitmq.conf" 2>/dev/null)" != "$conf" ]; then
+        printf '%s\n' "$conf" >"$etc/rabbitmq.conf.tmp" && mv -f "$etc/rabbitmq.conf.tmp" "$etc/rabbitmq.conf"
+        R4_CONFIG_CHANGED=1
+    fi
+    if [ "$(cat "$etc/enabled_plugins" 2>/dev/null)" != "$plugins" ]; then
+        printf '%s\n' "$plugins" >"$etc/enabled_plugins"; R4_CONFIG_CHANGED=1
+    fi
+    for f in ca.pem server.pem server.key; do
+        if ! cmp -s "$TLS_DIR/$f" "$etc/stompfast-tls/$f"; then
+            install -m 600 -o "${owner%:*}" -g "${owner#*:}" "$TLS_DIR/$f" "$etc/stompfast-tls/$f"
+            R4_CONFIG_CHANGED=1
+        fi
+    done
+    chown "$owner" "$etc/stompfast-tls" "$etc/enabled_plugins"
+}
+
+# The pid of the node's beam.smp: the RabbitMQ node whose root directory is the chroot (the node
+# name is not on its command line: the 4.x node takes it from RABBITMQ_NODENAME at boot). Nothing
+# if it is down.
+r4_pid() {
+    local p cmd
+    for p in /proc/[0-9]*; do
+        [ "$(readlink "$p/root" 2>/dev/null)" = "$R4_ROOT" ] || continue
+        cmd=$({ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null) || continue
+        if [[ $cmd == *beam.smp*" -s rabbit boot "* ]]; then echo "${p#/proc/}"; return; fi
+    done
+}
+
+r4_log_tail() {
+    local f
+    for f in "$R4_LOG_DIR/$R4_NODE.log" "$R4_STARTUP_LOG"; do
+        [ -s "$f" ] || continue
+        echo "----- tail of $f" >&2
+        tail -n "${1:-30}" "$f" >&2
+    done
+}
+
+r4_fail() { say "RabbitMQ 4: $*"; r4_log_tail 40; die "RabbitMQ 4 is not ready: $*"; }
+
+r4_start_node() {
+    say "RabbitMQ 4 node $R4_NODE is down: starting it in $R4_ROOT (log $R4_LOG_DIR/$R4_NODE.log)"
+    mkdir -p "$R4_LOG_DIR"
+    if [ -f "$R4_STARTUP_LOG" ] && [ "$(stat -c %s "$R4_STARTUP_LOG")" -gt 10000000 ]; then
+        mv -f "$R4_STARTUP_LOG" "$R4_STARTUP_LOG.1"
+    fi
+    printf '\n===== %s brokers.sh: starting %s (stomp %s, web-stomp %s, tls %s, amqp %s)\n' "$(date -u +%FT%TZ)" \
+        "$R4_NODE" "$R4_PORT" "$R4_WS_PORT" "$R4_TLS_PORT" "$R4_AMQP_PORT" >>"$R4_STARTUP_LOG"
+    # The node holds a file handle per queue while it recovers them at boot (see rabbit_start_node):
+    # the soft and hard open-files limits are raised to 65,536 here, as root, and setpriv (no PAM
+    # session) keeps them. In the foreground (RUNNING_UNDER_SYSTEMD: rabbitmq-server execs erl)
+    # under setsid, so the background job is the node's beam.smp itself.
+    (
+        ulimit -n 65536 2>/dev/null || true
+        hard=$(ulimit -Hn)
+        if [ "$hard" != unlimited ] && [ "$hard" -lt 4096 ]; then
+            say "open-files hard limit is $hard: a node holding more queues than that stays booting"
+        fi
+        cd / && exec setsid env STOMPFAST_FORKY_DIR="$R4_ROOT" bash "$FORKY" run /usr/bin/env -i "${R4_ENV[@]}" \
+            /usr/bin/setpriv --reuid=rabbitmq --regid=rabbitmq --init-groups \
+            /usr/lib/rabbitmq/bin/rabbitmq-server >>"$R4_STARTUP_LOG" 2>&1 </dev/null 9>&-
+    ) &
+    R4_STARTED_PID=$!
+}
+
+R4_STARTED_PID=""
+r4_alive() { [ -z "$R4_STARTED_PID" ] || kill -0 "$R4_STARTED_PID" 2>/dev/null; }
+
+# r4_shutdown: stop the whole node (rabbitmqctl shutdown; SIGTERM, then SIGKILL, if that fails).
+r4_shutdown() {
+    local pid i
+    pid=$(r4_pid)
+    [ -n "$pid" ] || return 0
+    R4=1 ctl -q shutdown >/dev/null 2>&1 || kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 600; i++)); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+    say "RabbitMQ 4 node (pid $pid) still up 60 s after shutdown: SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+}
+
+# r4_up DEADLINE: chroot, config, node running, rabbit app running (the listeners come from the config).
+r4_up() {
+    local deadline=$1 state="" started=0 out
+    rabbit_ports_check
+    if r4_installed; then  # usually "nothing to do": said only when it did something
+        out=$(STOMPFAST_FORKY_DIR=$R4_ROOT bash "$FORKY" ensure 2>&1 9>&-) \
+            || { printf '%s\n' "$out" >&2; die "scripts/forky.sh ensure failed"; }
+        [[ $out == *"(nothing to do"* ]] || printf '%s\n' "$out" >&2
+    else
+        say "no RabbitMQ 4 chroot at $R4_ROOT yet: scripts/forky.sh ensure (about 45 s)"
+        STOMPFAST_FORKY_DIR=$R4_ROOT bash "$FORKY" ensure 9>&- || die "scripts/forky.sh ensure failed"
+    fi
+    r4_installed || die "no rabbitmq-server in the chroot $R4_ROOT"
+    r4_config
+    if [ "$R4_CONFIG_CHANGED" = 1 ] && [ -n "$(r4_pid)" ]; then
+        say "RabbitMQ 4 settings changed: restarting the node $R4_NODE"
+        r4_shutdown
+    fi
+    while :; do
+        state=$(R4=1 rabbit_inspect || true)
+        case $state in
+            running*) break ;;
+            stopped)
+                say "RabbitMQ 4 app is stopped: rabbitmqctl start_app"
+                R4=1 ctl -q start_app >/dev/null || r4_fail "rabbitmqctl start_app failed" ;;
+            booting*)
+                sleep 0.5 ;;
+            *)
+                if [ $started = 0 ] && [ -z "$(r4_pid)" ]; then r4_start_node; started=1; fi
+                r4_alive || r4_fail "the node exited while starting"
+                sleep 1 ;;
+        esac
+        awk -v d="$deadline" -v n="$(now)" 'BEGIN { exit !(n < d) }' \
+            || r4_fail "node not running after ${TIMEOUT}s (last state: ${state:-node down})"
+    done
+}
+
+r4_wait_stomp() {
+    local deadline=$1 t0=$2
+    wait_ready stomp "$R4_PORT" "$deadline" || r4_fail "STOMP on $HOST:$R4_PORT not ready within ${TIMEOUT}s (last attempt: $LAST_REASON)"
+    wait_ready ws "$R4_WS_PORT" "$deadline" || r4_fail "Web-STOMP on $HOST:$R4_WS_PORT/ws not ready within ${TIMEOUT}s (last attempt: $LAST_REASON)"
+    wait_ready tls "$R4_TLS_PORT" "$deadline" || r4_fail "STOMP over TLS on $HOST:$R4_TLS_PORT not ready within ${TIMEOUT}s (last attempt: $LAST_REASON)"
+    printf 'rabbitmq4 ready  %s  (web-stomp %s, tls %s)  %ss\n' "$(r4_url)" "$(r4_ws_url)" "$(r4_tls_url)" "$(since "$t0")"
+}
+
+r4_start() {
+    local t0 deadline; t0=$(now); deadline=$(awk -v n="$t0" -v t="$TIMEOUT" 'BEGIN { printf "%.3f", n + t }')
+    r4_up "$deadline"
+    r4_wait_stomp "$deadline" "$t0"
+}
+
+r4_stop() {
+    local t0; t0=$(now)
+    r4_installed || { say "RabbitMQ 4 is not installed (no chroot at $R4_ROOT)"; return 0; }
+    case $(R4=1 rabbit_inspect || true) in
+        running*) R4=1 ctl -q stop_app >/dev/null || die "rabbitmqctl stop_app failed (rabbitmq4)"
+                  echo "rabbitmq4 stopped (rabbitmqctl stop_app; node still up)  $(since "$t0")s" ;;
+        stopped)  echo "rabbitmq4 already stopped (app stopped, node up)" ;;
+        *)        echo "rabbitmq4 node is not running" ;;
+    esac
+}
+
+r4_restart() {
+    local t0 deadline; t0=$(now); deadline=$(awk -v n="$t0" -v t="$TIMEOUT" 'BEGIN { printf "%.3f", n + t }')
+    rabbit_ports_check
+    if r4_installed && [ -n "$(r4_pid)" ]; then
+        r4_config
+        if [ "$R4_CONFIG_CHANGED" = 1 ]; then
+            say "RabbitMQ 4 settings changed: restarting the node $R4_NODE"
+            r4_shutdown
+        elif R4=1 ctl -q stop_app >/dev/null 2>&1; then
+            R4=1 ctl -q start_app >/dev/null || r4_fail "rabbitmqctl start_app failed"
+        fi
+    fi
+    r4_up "$deadline"
+    r4_wait_stomp "$deadline" "$t0"
+}
+
+r4_status() {
+    local state r=0 msg
+    if ! r4_installed; then echo "rabbitmq4 NOT READY  (not installed: no chroot at $R4_ROOT; run start rabbitmq4)"; return 1; fi
+    if msg=$(stomp_probe "$R4_PORT" 3); then
+        printf 'rabbitmq4 ready      %s' "$(r4_url)"
+    else
+        printf 'rabbitmq4 NOT READY  %s: %s' "$(r4_url)" "$msg"; r=1
+    fi
+    if msg=$(ws_probe "$R4_WS_PORT" 3); then printf '  (web-stomp ready %s)' "$(r4_ws_url)"
+    else printf '  (web-stomp NOT READY: %s)' "$msg"; r=1; fi
+    if [ ! -s "$TLS_DIR/ca.pem" ]; then printf '  (tls NOT READY: no %s; run start)' "$TLS_DIR/ca.pem"; r=1
+    elif msg=$(tls_probe "$R4_TLS_PORT" 3); then printf '  (tls ready %s)' "$(r4_tls_url)"
+    else printf '  (tls NOT READY: %s)' "$msg"; r=1; fi
+    state=$(R4=1 rabbit_inspect || true)
     printf '  [%s]\n' "${state:-node down}"
     return $r
 }
@@ -1027,10 +1344,26 @@ art_status() {
 # ---------------------------------------------------------------------------------------------
 
 print_env() {
-    cat <<EOF
+    if [ "${1:-}" = rabbitmq4 ]; then
+        cat <<EOF
+export STOMPFAST_RABBITMQ_URL=$(r4_url)
+export STOMPFAST_RABBITMQ_WS_URL=$(r4_ws_url)
+export STOMPFAST_RABBITMQ_TLS_URL=$(r4_tls_url)
+export STOMPFAST_RABBITMQ_PORT=$R4_PORT
+export STOMPFAST_RABBITMQ_WS_PORT=$R4_WS_PORT
+export STOMPFAST_RABBITMQ_TLS_PORT=$R4_TLS_PORT
+export STOMPFAST_RABBITMQ_AMQP_PORT=$R4_AMQP_PORT
+export STOMPFAST_RABBITMQ_NODE=rabbitmq4
+EOF
+    else
+        cat <<EOF
 export STOMPFAST_RABBITMQ_URL=$(rabbit_url)
 export STOMPFAST_RABBITMQ_WS_URL=$(rabbit_ws_url)
 export STOMPFAST_RABBITMQ_TLS_URL=$(rabbit_tls_url)
+export STOMPFAST_RABBITMQ_NODE=rabbitmq
+EOF
+    fi
+    cat <<EOF
 export STOMPFAST_TLS_CA=$TLS_DIR/ca.pem
 export STOMPFAST_TLS_BAD_CA=$TLS_DIR/bad-ca.pem
 export STOMPFAST_ACTIVEMQ_URL=$(amq_url)
@@ -1052,25 +1385,25 @@ lock() {
 
 targets() {  # targets WHAT DEFAULT_FOR_ALL...
     case ${1:-all} in
-        rabbitmq|activemq|artemis) echo "$1" ;;
+        rabbitmq|rabbitmq4|activemq|artemis) echo "$1" ;;
         *) shift; echo "$*" ;;
     esac
 }
 
 cmd=${1:-}
 [ $# -gt 0 ] && shift
-case ${1:-all} in rabbitmq|activemq|artemis|all) ;; *) die "unknown broker '$1' (rabbitmq, activemq, artemis or all)" ;; esac
-[ $# -le 1 ] || die "too many arguments; usage: $0 {start|stop|restart|status|clean|env|logs} [rabbitmq|activemq|artemis|all]"
+case ${1:-all} in rabbitmq|rabbitmq4|activemq|artemis|all) ;; *) die "unknown broker '$1' (rabbitmq, rabbitmq4, activemq, artemis or all)" ;; esac
+[ $# -le 1 ] || die "too many arguments; usage: $0 {start|stop|restart|status|clean|env|logs} [rabbitmq|rabbitmq4|activemq|artemis|all]"
 case $cmd in
     start)
         lock
         for b in $(targets "${1:-all}" rabbitmq activemq artemis); do
-            case $b in rabbitmq) rabbit_start ;; activemq) amq_start ;; artemis) art_start ;; esac
+            case $b in rabbitmq) rabbit_start ;; rabbitmq4) r4_start ;; activemq) amq_start ;; artemis) art_start ;; esac
         done ;;
     stop)
         lock
         for b in $(targets "${1:-all}" activemq artemis); do
-            case $b in rabbitmq) rabbit_stop ;; activemq) amq_stop ;; artemis) art_stop ;; esac
+            case $b in rabbitmq) rabbit_stop ;; rabbitmq4) r4_stop ;; activemq) amq_stop ;; artemis) art_stop ;; esac
         done
         if [ "${1:-all}" = all ]; then say "RabbitMQ left running (machine-wide service); 'stop rabbitmq' stops its app"; fi ;;
     restart)
@@ -1078,6 +1411,7 @@ case $cmd in
         for b in $(targets "${1:-all}" rabbitmq activemq artemis); do
             case $b in
                 rabbitmq) rabbit_restart ;;
+                rabbitmq4) r4_restart ;;
                 activemq) amq_stop >/dev/null; amq_start ;;
                 artemis)  art_stop "$ART_RESTART_KILL_AFTER" >/dev/null; art_start ;;
             esac
@@ -1085,21 +1419,26 @@ case $cmd in
     status)
         rc=0
         for b in $(targets "${1:-all}" rabbitmq activemq artemis); do
-            case $b in rabbitmq) rabbit_status || rc=3 ;; activemq) amq_status || rc=3 ;; artemis) art_status || rc=3 ;; esac
+            case $b in
+                rabbitmq) rabbit_status || rc=3 ;; rabbitmq4) r4_status || rc=3 ;;
+                activemq) amq_status || rc=3 ;; artemis) art_status || rc=3 ;;
+            esac
         done
         exit $rc ;;
     clean)
         for b in $(targets "${1:-all}" rabbitmq); do
             case $b in
                 rabbitmq) rabbit_clean ;;
+                rabbitmq4) R4=1 rabbit_clean ;;
                 *) say "$b: nothing to clean (it keeps no messages or queues across restarts)" ;;
             esac
         done ;;
     env)
-        print_env ;;
+        print_env "${1:-}" ;;
     logs)
         case ${1:-all} in
             rabbitmq) rabbit_log_tail 60 ;;
+            rabbitmq4) r4_log_tail 60 ;;
             activemq) amq_log_tail 60 ;;
             artemis)  art_log_tail 60 ;;
             *) rabbit_log_tail 30; amq_log_tail 30; art_log_tail 30 ;;

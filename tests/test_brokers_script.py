@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Dict, Iterator, Tuple
 
 import pytest
+from brokerenv import broker_url
 from hostile import Conn, HostileServer
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -136,7 +137,7 @@ def test_an_unknown_broker_name_is_refused_before_anything_runs(tmp_path: Path, 
     env = script_env(tmp_path)
     done = script(env, command, "artemiss")
     assert done.returncode == 1, done
-    assert "unknown broker 'artemiss' (rabbitmq, activemq, artemis or all)" in done.stderr
+    assert "unknown broker 'artemiss' (rabbitmq, rabbitmq4, activemq, artemis or all)" in done.stderr
     assert done.stdout == ""
     assert not (tmp_path / "brokers").exists()
 
@@ -146,3 +147,90 @@ def test_a_malformed_artemis_version_is_refused(tmp_path: Path) -> None:
     env["STOMPFAST_ARTEMIS_VERSION"] = "2.40.0; rm -rf /"
     done = script(env, "status", "artemis")
     assert done.returncode == 1 and "STOMPFAST_ARTEMIS_VERSION must look like 2.40.0" in done.stderr, done
+
+
+def exports(out: str) -> Dict[str, str]:
+    """`export NAME=value` lines as a dict (every line must be one)."""
+    env: Dict[str, str] = {}
+    for line in out.splitlines():
+        assert line.startswith("export ") and "=" in line, line
+        name, _, value = line[len("export "):].partition("=")
+        env[name] = value
+    return env
+
+
+def rabbitmq4_env(tmp_path: Path) -> Dict[str, str]:
+    """No STOMPFAST_ settings from the caller, a private brokers directory (no chroot), free 4.x ports."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STOMPFAST_")}
+    env.update(STOMPFAST_BROKERS_DIR=str(tmp_path / "brokers"), STOMPFAST_RABBITMQ4_PORT=str(free_port()),
+               STOMPFAST_RABBITMQ4_WS_PORT=str(free_port()), STOMPFAST_RABBITMQ4_TLS_PORT=str(free_port()),
+               STOMPFAST_RABBITMQ4_AMQP_PORT=str(free_port()))
+    return env
+
+
+def test_env_rabbitmq4_points_the_rabbitmq_variables_at_the_4x_node_and_brokerenv_agrees(tmp_path: Path) -> None:
+    env = rabbitmq4_env(tmp_path)
+    four = script(env, "env", "rabbitmq4")
+    plain = script(env, "env")
+    assert four.returncode == 0 and plain.returncode == 0, (four, plain)
+    got, usual = exports(four.stdout), exports(plain.stdout)
+    port, ws, tls = (env[f"STOMPFAST_RABBITMQ4_{k}PORT"] for k in ("", "WS_", "TLS_"))
+    assert got["STOMPFAST_RABBITMQ_URL"] == f"stomp://guest:guest@127.0.0.1:{port}/"
+    assert got["STOMPFAST_RABBITMQ_WS_URL"] == f"ws://guest:guest@127.0.0.1:{ws}/ws"
+    assert got["STOMPFAST_RABBITMQ_TLS_URL"] == f"stomp+ssl://guest:guest@127.0.0.1:{tls}/"
+    assert (got["STOMPFAST_RABBITMQ_PORT"], got["STOMPFAST_RABBITMQ_WS_PORT"], got["STOMPFAST_RABBITMQ_TLS_PORT"]) \
+        == (port, ws, tls)
+    assert got["STOMPFAST_RABBITMQ_AMQP_PORT"] == env["STOMPFAST_RABBITMQ4_AMQP_PORT"]
+    assert got["STOMPFAST_RABBITMQ_NODE"] == "rabbitmq4" and usual["STOMPFAST_RABBITMQ_NODE"] == "rabbitmq"
+    # tests/brokerenv.py reads the same variables: each URL agrees with its port variable
+    for name in ("rabbitmq", "rabbitmq_ws", "rabbitmq_tls"):
+        url_var = {"rabbitmq": "STOMPFAST_RABBITMQ_URL", "rabbitmq_ws": "STOMPFAST_RABBITMQ_WS_URL",
+                   "rabbitmq_tls": "STOMPFAST_RABBITMQ_TLS_URL"}[name]
+        assert broker_url(name, got) == got[url_var]
+    # everything that is not about RabbitMQ is what plain `env` prints; plain `env` sets no port variable
+    rabbit = {k for k in got if k.startswith("STOMPFAST_RABBITMQ_")}
+    assert {k: v for k, v in got.items() if k not in rabbit} == {k: v for k, v in usual.items() if k not in rabbit}
+    assert sorted(k for k in usual if k.startswith("STOMPFAST_RABBITMQ_")) == [
+        "STOMPFAST_RABBITMQ_NODE", "STOMPFAST_RABBITMQ_TLS_URL", "STOMPFAST_RABBITMQ_URL", "STOMPFAST_RABBITMQ_WS_URL"]
+    assert usual["STOMPFAST_RABBITMQ_URL"] == "stomp://guest:guest@127.0.0.1:61613/"
+
+
+def test_after_eval_of_env_rabbitmq4_the_rabbitmq_port_variables_name_the_4x_node_only(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STOMPFAST_")}
+    env["STOMPFAST_BROKERS_DIR"] = str(tmp_path / "brokers")
+    env.update(exports(script(dict(env, STOMPFAST_RABBITMQ4_PORT="7613"), "env", "rabbitmq4").stdout))
+    assert env["STOMPFAST_RABBITMQ_PORT"] == "7613"
+    # without STOMPFAST_RABBITMQ4_PORT now: the 4.x node is still on 7613, the 3.10 node on its default
+    assert exports(script(env, "env", "rabbitmq4").stdout)["STOMPFAST_RABBITMQ_URL"] == "stomp://guest:guest@127.0.0.1:7613/"
+    assert exports(script(env, "env").stdout)["STOMPFAST_RABBITMQ_URL"] == "stomp://guest:guest@127.0.0.1:61613/"
+
+
+def test_status_rabbitmq4_without_a_chroot_is_not_ready(tmp_path: Path) -> None:
+    env = rabbitmq4_env(tmp_path)
+    status = script(env, "status", "rabbitmq4")
+    assert status.returncode == 3, status
+    assert status.stdout == (
+        f"rabbitmq4 NOT READY  (not installed: no chroot at {tmp_path}/brokers/forky; run start rabbitmq4)\n"
+    )
+
+
+@pytest.mark.parametrize("node", ["rabbitmq", "rabbitmq4"])
+@pytest.mark.parametrize("command", ["start", "restart"])
+def test_a_port_given_to_both_rabbitmq_nodes_is_refused_before_any_rabbitmqctl(tmp_path: Path, command: str,
+                                                                               node: str) -> None:
+    # A STOMPFAST_RABBITMQ_PORT left over from `eval "$(brokers.sh env rabbitmq4)"` followed by plain
+    # `env`: `start rabbitmq` would move the 3.10 node's listeners onto the 4.x node's port. Stand-ins
+    # for the RabbitMQ commands come first on PATH, so a regression cannot reach a real node.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name in ("rabbitmqctl", "rabbitmq-server", "rabbitmq-plugins"):
+        (fake / name).write_text(f"#!/bin/sh\necho {name} \"$@\" >>{tmp_path}/called\nexit 69\n")
+        (fake / name).chmod(0o755)
+    env = rabbitmq4_env(tmp_path)
+    env.update(STOMPFAST_RABBITMQ_PORT=env["STOMPFAST_RABBITMQ4_PORT"], STOMPFAST_FORKY_DIR=str(tmp_path / "no-chroot"),
+               PATH=f"{fake}:{env['PATH']}")
+    done = script(env, command, node)
+    assert done.returncode == 1, done
+    assert f"port {env['STOMPFAST_RABBITMQ4_PORT']} is given to both RabbitMQ 3.10" in done.stderr, done.stderr
+    assert not (tmp_path / "called").exists()
+    assert not (tmp_path / "no-chroot").exists()
