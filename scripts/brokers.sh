@@ -59,10 +59,13 @@
 #   same throwaway CA and server certificate as the 3.10 node's, copied to /etc/rabbitmq/stompfast-tls/
 #   readable by the chroot's rabbitmq user); when any of that changed and the node is up, the node is
 #   shut down and started again (the node reads it at boot only). The node runs as the chroot's
-#   rabbitmq user (setpriv, no PAM: open-files limit 65,536), in the foreground under setsid, in the
-#   private mount namespace of `forky.sh run`; rabbitmqctl for it runs inside the chroot the same way.
-#   Logs: <chroot>/var/log/rabbitmq/rabbit4@localhost.log and startup_log. Measured here: the first
-#   start of the node 5-7 s, `start` of a running node 1 s, stop_app + start_app 3-4 s; 160 MB RSS idle.
+#   rabbitmq user (setpriv, no PAM session: its open-files limit is the hard limit, raised to 65,536
+#   first where allowed; 20,000 in this container, as for the 3.10 node), in the foreground under
+#   setsid, in the private mount namespace of `forky.sh run`; rabbitmqctl for it runs inside the
+#   chroot the same way. Logs: <chroot>/var/log/rabbitmq/rabbit4@localhost.log and startup_log.
+#   Measured on this 2-core machine: `start rabbitmq4` without a chroot 46 s (41 s of it forky.sh
+#   ensure); with the chroot and the node down 4.4-5.9 s; with the node running 1.0 s; after
+#   `stop rabbitmq4` 3.0-3.4 s; `restart rabbitmq4` 3.1-3.6 s. The node: 130-165 MB RSS.
 #   STOMPFAST_RABBITMQ4_DENY_TRANSIENT_NONEXCL=1 adds `deprecated_features.permit.transient_nonexcl_queues
 #   = false` (default 0: the node's own default, permitted): a subscription to a non-durable,
 #   non-exclusive queue (e.g. /queue/x with durable:false and exclusive:false; durable:false alone

@@ -6,7 +6,8 @@
 #   scripts/forky.sh ensure                  make the chroot if it is missing (idempotent); prints timings
 #   scripts/forky.sh run [--repo] CMD ARGS... run CMD inside the chroot; exit status is CMD's
 #   scripts/forky.sh python VERSION          print the path of pythonVERSION inside the chroot (e.g. 3.15
-#                                            -> /usr/bin/python3.15); exit 1 if the chroot lacks it
+#                                            -> /usr/bin/python3.15); exit 1 if the chroot lacks it (there
+#                                            is no plain python3 inside: name the version)
 #   scripts/forky.sh dir                     print the chroot's directory (as seen from the host)
 #
 #   scripts/forky.sh ensure
@@ -25,8 +26,8 @@
 #   STOMPFAST_FORKY_MIRROR). The host's own trust anchors (/usr/local/share/ca-certificates: here the
 #   CA of the TLS-intercepting egress proxy, without which pip inside cannot reach PyPI) are copied in
 #   and update-ca-certificates run inside; `run` copies them again whenever the host's differ.
-#   Measured on this 2-core machine from nothing: debootstrap 26 s, apt-get update + install 18.5 s,
-#   44.6 s in all; the chroot is 747 MB (du -sh). With the chroot in place: 0.02 s.
+#   Measured on this 2-core machine from nothing (3 runs): debootstrap 22-26 s, apt-get update +
+#   install 17-19 s, 41-45 s in all; the chroot is 747 MB (du -sh). With the chroot in place: 0.02 s.
 # run: in a private mount namespace (`unshare --mount --propagation private`), mounts /proc, /dev
 #   (rbind: with /dev/pts and /dev/shm), /sys (rbind) and the host's /tmp (bind) into the chroot and,
 #   with --repo, this repository at the same absolute path, then `chroot`s and execs CMD. The mounts
