@@ -36,6 +36,15 @@ BROKERS: Dict[str, Tuple[str, str, int, str]] = {
 }
 
 
+def rabbitmq_node() -> str:
+    """The ``scripts/brokers.sh`` name of the RabbitMQ node the URLs point at (``rabbitmq``: 3.10, ``rabbitmq4``).
+
+    ``brokers.sh env rabbitmq4`` points the RabbitMQ variables at the 4.x node and
+    says so in ``STOMPFAST_RABBITMQ_NODE``: a test that restarts "RabbitMQ" restarts that node.
+    """
+    return os.environ.get("STOMPFAST_RABBITMQ_NODE") or "rabbitmq"
+
+
 class BrokerSettingsError(RuntimeError):
     """A broker's URL variable and port variable disagree (or the port is not a number)."""
 

@@ -14,6 +14,7 @@ import uuid
 from typing import List
 
 import pytest
+from brokerenv import rabbitmq_node
 
 import stompfast
 
@@ -32,6 +33,9 @@ def rabbitmq_queues() -> List[str]:
 def test_clean_deletes_the_test_queues_and_keeps_the_others(broker_url: str) -> None:
     if shutil.which("rabbitmqctl") is None:
         pytest.skip("rabbitmqctl is not on PATH: the RabbitMQ answering is not one this machine runs")
+    if rabbitmq_node() != "rabbitmq":
+        # (CI runs it against the 3.10 node: .ci/run's pure-build step)
+        pytest.skip(f"lists the queues with the host's rabbitmqctl, which does not reach {rabbitmq_node()}")
     suffix = uuid.uuid4().hex[:12]
     ours = [f"stompfast-test-{suffix}", f"stompfast-lg-{suffix}", f"sf-bench-{suffix}"]
     theirs = f"orders-stompfast-test-{suffix}"

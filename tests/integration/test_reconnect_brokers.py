@@ -20,6 +20,7 @@ import sys
 
 import anyio
 import pytest
+from brokerenv import rabbitmq_node
 
 from stompfast import AsyncClient, ConnectionLostError, ReconnectPolicy, StaleMessageError
 
@@ -34,9 +35,10 @@ POLICY = ReconnectPolicy(initial_delay=0.2, max_delay=1.0, jitter=0.1)
 
 
 def restart_rabbitmq() -> None:
-    done = subprocess.run(["bash", SCRIPT, "restart", "rabbitmq"], capture_output=True, text=True, timeout=120)
+    node = rabbitmq_node()
+    done = subprocess.run(["bash", SCRIPT, "restart", node], capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
-        raise RuntimeError(f"brokers.sh restart rabbitmq failed: {done.stdout}{done.stderr}")
+        raise RuntimeError(f"brokers.sh restart {node} failed: {done.stdout}{done.stderr}")
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from typing import Dict, Optional
 
 import anyio
 import pytest
-from brokerenv import broker_url
+from brokerenv import broker_url, rabbitmq_node
 
 from stompfast import AsyncClient, ConnectError, ConnectionLostError, Message, TLSError
 from stompfast._config import parse_url
@@ -72,7 +72,7 @@ def tls() -> Dict[str, str]:
     problem = _tls_problem(url, ca)
     script = os.environ.get("STOMPFAST_BROKERS_SCRIPT")
     if problem is not None and script:
-        subprocess.run(["bash", script, "start", "rabbitmq"], check=False, timeout=180)
+        subprocess.run(["bash", script, "start", rabbitmq_node()], check=False, timeout=180)
         problem = _tls_problem(url, ca)
     if problem is not None:
         _require(f"RabbitMQ does not answer STOMP over TLS at {url}: {problem} (scripts/brokers.sh start)")

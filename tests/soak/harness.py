@@ -78,12 +78,16 @@ def rss_bytes() -> int:
 
 
 def restart_rabbitmq() -> float:
-    """``scripts/brokers.sh restart rabbitmq`` (waits for STOMP); returns the seconds it took."""
+    """``scripts/brokers.sh restart rabbitmq`` (waits for STOMP); returns the seconds it took.
+
+    The node is the one ``STOMPFAST_RABBITMQ_NODE`` names (``brokers.sh env rabbitmq4``: the 4.x one).
+    """
+    node = os.environ.get("STOMPFAST_RABBITMQ_NODE") or "rabbitmq"
     t0 = time.monotonic()
-    done = subprocess.run(["bash", brokers_script(), "restart", "rabbitmq"], capture_output=True, text=True,
+    done = subprocess.run(["bash", brokers_script(), "restart", node], capture_output=True, text=True,
                           timeout=300)
     if done.returncode != 0:
-        raise RuntimeError(f"brokers.sh restart rabbitmq failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
+        raise RuntimeError(f"brokers.sh restart {node} failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
     return time.monotonic() - t0
 
 
