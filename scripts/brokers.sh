@@ -75,7 +75,8 @@
 #   `scripts/forky.sh run` its rabbitmqctl shutdown, or SIGTERM its beam.smp.
 #   `env rabbitmq4` prints the ordinary variables (STOMPFAST_RABBITMQ_URL, _WS_URL, _TLS_URL, _PORT,
 #   _WS_PORT, _TLS_PORT, _AMQP_PORT) with the 4.x node's values and STOMPFAST_RABBITMQ_NODE=rabbitmq4
-#   (plain `env` prints STOMPFAST_RABBITMQ_NODE=rabbitmq). With STOMPFAST_RABBITMQ_NODE=rabbitmq4 in the
+#   (plain `env` prints the same variables for the 3.10 node and STOMPFAST_RABBITMQ_NODE=rabbitmq, so
+#   evaluating either one after the other switches every RabbitMQ variable over). With STOMPFAST_RABBITMQ_NODE=rabbitmq4 in the
 #   environment this script reads STOMPFAST_RABBITMQ_PORT, _WS_PORT, _TLS_PORT and _AMQP_PORT as the 4.x
 #   node's (under its own STOMPFAST_RABBITMQ4_* variables) and gives the 3.10 node its default ports;
 #   `rabbitmq` always means the 3.10 node (a test that restarts the broker under test must name
@@ -150,6 +151,7 @@
 #   STOMPFAST_RABBITMQ_URL=stomp://guest:guest@127.0.0.1:61613/
 #   STOMPFAST_RABBITMQ_WS_URL=ws://guest:guest@127.0.0.1:15674/ws
 #   STOMPFAST_RABBITMQ_TLS_URL=stomp+ssl://guest:guest@127.0.0.1:61617/
+#   STOMPFAST_RABBITMQ_PORT=61613, _WS_PORT=15674, _TLS_PORT=61617, _AMQP_PORT=5672
 #   STOMPFAST_RABBITMQ_NODE=rabbitmq   (`env rabbitmq4`: the 4.x node's URLs, its ports and rabbitmq4 instead)
 #   STOMPFAST_TLS_CA=<brokers dir>/tls/ca.pem           the CA that signed the TLS listener's certificate
 #   STOMPFAST_TLS_BAD_CA=<brokers dir>/tls/bad-ca.pem   a CA that signed nothing the brokers use
@@ -1363,6 +1365,10 @@ EOF
 export STOMPFAST_RABBITMQ_URL=$(rabbit_url)
 export STOMPFAST_RABBITMQ_WS_URL=$(rabbit_ws_url)
 export STOMPFAST_RABBITMQ_TLS_URL=$(rabbit_tls_url)
+export STOMPFAST_RABBITMQ_PORT=$RABBIT_PORT
+export STOMPFAST_RABBITMQ_WS_PORT=$RABBIT_WS_PORT
+export STOMPFAST_RABBITMQ_TLS_PORT=$RABBIT_TLS_PORT
+export STOMPFAST_RABBITMQ_AMQP_PORT=5672
 export STOMPFAST_RABBITMQ_NODE=rabbitmq
 EOF
     fi

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Dict, Iterator, Tuple
 
 import pytest
-from brokerenv import broker_url
+from brokerenv import BROKERS, broker_url
 from hostile import Conn, HostileServer
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -187,12 +187,15 @@ def test_env_rabbitmq4_points_the_rabbitmq_variables_at_the_4x_node_and_brokeren
         url_var = {"rabbitmq": "STOMPFAST_RABBITMQ_URL", "rabbitmq_ws": "STOMPFAST_RABBITMQ_WS_URL",
                    "rabbitmq_tls": "STOMPFAST_RABBITMQ_TLS_URL"}[name]
         assert broker_url(name, got) == got[url_var]
-    # everything that is not about RabbitMQ is what plain `env` prints; plain `env` sets no port variable
+    # everything that is not about RabbitMQ is what plain `env` prints; plain `env` sets the same
+    # RabbitMQ variables for the 3.10 node, so that evaluating it after `env rabbitmq4` switches back
     rabbit = {k for k in got if k.startswith("STOMPFAST_RABBITMQ_")}
     assert {k: v for k, v in got.items() if k not in rabbit} == {k: v for k, v in usual.items() if k not in rabbit}
-    assert sorted(k for k in usual if k.startswith("STOMPFAST_RABBITMQ_")) == [
-        "STOMPFAST_RABBITMQ_NODE", "STOMPFAST_RABBITMQ_TLS_URL", "STOMPFAST_RABBITMQ_URL", "STOMPFAST_RABBITMQ_WS_URL"]
+    assert sorted(k for k in usual if k.startswith("STOMPFAST_RABBITMQ_")) == sorted(rabbit)
     assert usual["STOMPFAST_RABBITMQ_URL"] == "stomp://guest:guest@127.0.0.1:61613/"
+    assert (usual["STOMPFAST_RABBITMQ_PORT"], usual["STOMPFAST_RABBITMQ_AMQP_PORT"]) == ("61613", "5672")
+    for name in ("rabbitmq", "rabbitmq_ws", "rabbitmq_tls"):
+        assert broker_url(name, usual) == usual[BROKERS[name][0]]
 
 
 def test_after_eval_of_env_rabbitmq4_the_rabbitmq_port_variables_name_the_4x_node_only(tmp_path: Path) -> None:
