@@ -11,6 +11,7 @@
 #                                                               (names stompfast-test-*, -lg-*, -cli-*, ...)
 #   scripts/brokers.sh env     [rabbitmq4]                      `export STOMPFAST_..._URL=...` lines, for eval
 #   scripts/brokers.sh logs    [rabbitmq|activemq|artemis]      tail of the broker's log
+#   scripts/brokers.sh rabbitmqctl rabbitmq|rabbitmq4 ARGS...   that node's rabbitmqctl (4.x: in its chroot)
 # No broker name means all three (for stop: ActiveMQ and Artemis, see below). Every command also
 # takes `rabbitmq4`, a second RabbitMQ (4.3.x) that is never part of `all` (see below).
 #
@@ -1401,6 +1402,14 @@ targets() {  # targets WHAT DEFAULT_FOR_ALL...
 
 cmd=${1:-}
 [ $# -gt 0 ] && shift
+if [ "$cmd" = rabbitmqctl ]; then
+    # rabbitmqctl NODE ARGS...: the node's own CLI (the 4.x node's runs inside its chroot)
+    case ${1:-} in
+        rabbitmq) shift; exec "${SUDO[@]}" rabbitmqctl "$@" ;;
+        rabbitmq4) shift; r4_ctl "$@"; exit $? ;;
+        *) die "usage: $0 rabbitmqctl {rabbitmq|rabbitmq4} ARGS..." ;;
+    esac
+fi
 case ${1:-all} in rabbitmq|rabbitmq4|activemq|artemis|all) ;; *) die "unknown broker '$1' (rabbitmq, rabbitmq4, activemq, artemis or all)" ;; esac
 [ $# -le 1 ] || die "too many arguments; usage: $0 {start|stop|restart|status|clean|env|logs} [rabbitmq|rabbitmq4|activemq|artemis|all]"
 case $cmd in

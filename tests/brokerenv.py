@@ -11,6 +11,7 @@ that names another port than its port variable is refused with both in the messa
 from __future__ import annotations
 
 import os
+import subprocess
 from typing import Dict, Mapping, Optional, Tuple
 
 from stompfast._config import parse_url, redact_url
@@ -43,6 +44,14 @@ def rabbitmq_node() -> str:
     says so in ``STOMPFAST_RABBITMQ_NODE``: a test that restarts "RabbitMQ" restarts that node.
     """
     return os.environ.get("STOMPFAST_RABBITMQ_NODE") or "rabbitmq"
+
+
+def rabbitmqctl(*args: str, timeout: float = 60) -> "subprocess.CompletedProcess[str]":
+    """``rabbitmqctl ARGS`` of the node the URLs point at (``brokers.sh rabbitmqctl``; 4.x: in its chroot)."""
+    script = os.environ.get("STOMPFAST_BROKERS_SCRIPT") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "brokers.sh")
+    return subprocess.run(["bash", script, "rabbitmqctl", rabbitmq_node(), *args], capture_output=True, text=True,
+                          timeout=timeout, check=False)
 
 
 class BrokerSettingsError(RuntimeError):

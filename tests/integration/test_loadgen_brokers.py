@@ -17,6 +17,7 @@ import sys
 import uuid
 
 import pytest
+from brokerenv import rabbitmqctl
 
 from stompfast import loadgen
 from stompfast.loadgen import LoadConfig, LoadResult, run_load
@@ -109,18 +110,12 @@ def test_bench_command_against_rabbitmq(broker_url: str) -> None:
 
 
 def _rabbitmq_queues() -> dict:
-    """RabbitMQ's queues as ``{name: (messages, durable, auto_delete)}`` (rabbitmqctl), or skip."""
-    import shutil
-
-    ctl = shutil.which("rabbitmqctl")
-    if ctl is None:
-        pytest.skip("rabbitmqctl is not on PATH: cannot list RabbitMQ's queues")
-    done = subprocess.run([ctl, "-q", "list_queues", "name", "messages", "durable", "auto_delete"],
-                          capture_output=True, timeout=60, check=False)
+    """The queues of the RabbitMQ under test as ``{name: (messages, durable, auto_delete)}``, or skip."""
+    done = rabbitmqctl("-q", "list_queues", "name", "messages", "durable", "auto_delete")
     if done.returncode != 0:
-        pytest.skip(f"rabbitmqctl cannot list the queues here: {done.stderr.decode().strip()[:200]}")
+        pytest.skip(f"rabbitmqctl cannot list the queues here: {done.stderr.strip()[:200]}")
     queues = {}
-    for line in done.stdout.decode().splitlines():
+    for line in done.stdout.splitlines():
         parts = line.split("\t")
         if len(parts) == 4 and parts[1].isdigit():
             queues[parts[0]] = (int(parts[1]), parts[2] == "true", parts[3] == "true")
