@@ -44,13 +44,14 @@ overlap counted). Messages without our run id are ``unexpected`` (leftovers of a
 run in a reused queue).
 
 Latency is ``consumer wall clock at receipt - sf-ts`` (same machine, one clock),
-recorded in microseconds in an HDR histogram per timeline interval (hdrhistogram on
-PyPI, 3 significant figures); the run's histogram is the sum of the intervals'. In
-fixed-rate (open-loop) mode each producer sends message ``i`` at ``t0 + (i + phase) /
-rate`` and stamps that intended time, so a producer that falls behind (a stalled
-broker, a slow event loop) catches up in a burst and the delay shows in the latency:
-no coordinated omission. In closed-loop mode (no rate) producers send as fast as the
-client takes messages and stamp the actual send time.
+recorded in microseconds in an HDR histogram per timeline interval (:mod:`._hdr`:
+HdrHistogram's layout and wire format in pure Python, 3 significant figures); the
+run's histogram is the sum of the intervals'. In fixed-rate (open-loop) mode each
+producer sends message ``i`` at ``t0 + (i + phase) / rate`` and stamps that intended
+time, so a producer that falls behind (a stalled broker, a slow event loop) catches up
+in a burst and the delay shows in the latency: no coordinated omission. In closed-loop
+mode (no rate) producers send as fast as the client takes messages and stamp the
+actual send time.
 
 Layout: one module per job; every name listed here is importable from this package.
 
@@ -58,6 +59,8 @@ Layout: one module per job; every name listed here is importable from this packa
   message headers, :func:`is_fanout`
 * :mod:`.plan`: producers and consumers spread over the workers
 * :mod:`.histogram`: HdrHistogram helpers (``latency_index``, ``fold``, ``percentiles``)
+* :mod:`._hdr`: the HDR histogram itself (:class:`HdrHistogram`, what ``LoadResult.histogram``
+  is: hdrhistogram's results and HdrHistogram's V2 wire format, no third-party package)
 * :mod:`.timeline`: per-interval counts and histograms (``Recorder`` in a worker,
   ``Timeline`` in the coordinator)
 * :mod:`.producer`: the send loop; :mod:`.worker`: one worker's connections and the
@@ -70,6 +73,7 @@ Layout: one module per job; every name listed here is importable from this packa
 
 from __future__ import annotations
 
+from ._hdr import HdrHistogram as HdrHistogram
 from .command import BENCH_EPILOG as BENCH_EPILOG, add_bench_command, run_bench
 from .config import (
     DEFAULT_COUNT as DEFAULT_COUNT,
@@ -89,7 +93,6 @@ from .histogram import (
     COUNTS_LEN as COUNTS_LEN,
     HALF_COUNT as HALF_COUNT,
     HALF_MAGNITUDE as HALF_MAGNITUDE,
-    HDR_HINT as HDR_HINT,
     MAX_LATENCY_US as MAX_LATENCY_US,
     SIGNIFICANT_FIGURES as SIGNIFICANT_FIGURES,
     SUB_MASK as SUB_MASK,

@@ -46,7 +46,6 @@ from ..cli.common import (
 from ..errors import ConfigurationError
 from .config import ACK_MODES, LoadConfig, LoadInterrupted, LoadResult, Progress
 from .coordinator import run_load
-from .histogram import histogram_class
 from .plot import PLOT_HINT, write_plot
 
 BENCH_EPILOG = f"""\
@@ -352,11 +351,7 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
 
 
 def _check_usage(args: argparse.Namespace) -> None:
-    """Refuse, before any I/O, what cannot run here: no hdrhistogram, --plot without matplotlib, two bodies."""
-    try:
-        histogram_class()
-    except ImportError as exc:
-        raise UsageError(str(exc)) from None
+    """Refuse, before any I/O, what cannot run here: --plot without matplotlib, two bodies."""
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         raise UsageError(PLOT_HINT)
     if args.size is not None and args.body_file is not None:

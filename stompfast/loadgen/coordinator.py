@@ -14,7 +14,6 @@ import anyio
 
 from .clientstats import merge_records
 from .config import LoadConfig, LoadInterrupted, LoadResult, Progress, is_fanout, is_rabbitmq, run_queue_headers
-from .histogram import histogram_class
 from .links import LocalLink, ProcessLink, WorkerView, current_backend, process_main
 from .merge import merge_results
 from .plan import plan_workers
@@ -44,13 +43,11 @@ async def run_load(
 
     Raises:
         ConfigurationError: an impossible configuration (before any I/O).
-        ImportError: hdrhistogram is not installed (the message says how to install it).
         ConnectError, AuthenticationError, ServerError, ...: a connection could not be
             set up (errors *during* the run are counted in the result instead).
         LoadInterrupted: ``stop`` was set before every connection was ready (nothing measured).
     """
     config.validate()
-    histogram_class()
     destinations = list(config.destinations) or [f"/queue/stompfast-bench-{uuid.uuid4().hex[:12]}"]
     if config.url is None:
         from ..testing import Broker

@@ -272,7 +272,7 @@ def _versions(backend: str) -> Dict[str, Any]:
         "python_implementation": platform.python_implementation(),
         "backend": backend,
     }
-    for dist in ("anyio", "uvloop", "trio", "hdrhistogram"):
+    for dist in ("anyio", "uvloop", "trio"):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

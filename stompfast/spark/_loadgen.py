@@ -8,8 +8,8 @@ one stats row with its HdrHistogram encoded and its clients' own metrics as JSON
 histograms added (exact cluster-wide latency percentiles), the clients' metrics summed
 (their receipt round-trip buckets added), throughput over the cluster's wall-clock span.
 
-Executors need ``stompfast[loadgen,spark]`` installed (hdrhistogram is how the
-histograms travel) and must reach the broker's URL.
+Executors need ``stompfast[spark]`` installed and must reach the broker's URL; the
+histograms travel in HdrHistogram's V2 encoding (stompfast's own, :mod:`stompfast.loadgen._hdr`).
 """
 
 from __future__ import annotations
