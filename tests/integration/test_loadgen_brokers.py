@@ -22,7 +22,6 @@ from brokerenv import rabbitmqctl
 from stompfast import loadgen
 from stompfast.loadgen import LoadConfig, LoadResult, run_load
 
-
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 N = 3000
