@@ -708,19 +708,28 @@ rabbit_restart() {
     rabbit_wait_stomp "$deadline" "$t0"
 }
 
-rabbit_status() {
-    local state r=0 msg
-    if ! command -v rabbitmqctl >/dev/null 2>&1; then echo "rabbitmq NOT READY  (not installed)"; return 1; fi
-    if msg=$(stomp_probe "$RABBIT_PORT" 3); then
-        printf 'rabbitmq ready      %s' "$(rabbit_url)"
+# rabbit_listeners NAME STOMP_PORT STOMP_URL WS_PORT WS_URL TLS_PORT TLS_URL: one status line's
+# probes of a RabbitMQ node's three listeners (no newline); returns 1 if any is not ready.
+rabbit_listeners() {
+    local name=$1 r=0 msg
+    if msg=$(stomp_probe "$2" 3); then
+        printf '%s ready      %s' "$name" "$3"
     else
-        printf 'rabbitmq NOT READY  %s: %s' "$(rabbit_url)" "$msg"; r=1
+        printf '%s NOT READY  %s: %s' "$name" "$3" "$msg"; r=1
     fi
-    if msg=$(ws_probe "$RABBIT_WS_PORT" 3); then printf '  (web-stomp ready %s)' "$(rabbit_ws_url)"
+    if msg=$(ws_probe "$4" 3); then printf '  (web-stomp ready %s)' "$5"
     else printf '  (web-stomp NOT READY: %s)' "$msg"; r=1; fi
     if [ ! -s "$TLS_DIR/ca.pem" ]; then printf '  (tls NOT READY: no %s; run start)' "$TLS_DIR/ca.pem"; r=1
-    elif msg=$(tls_probe "$RABBIT_TLS_PORT" 3); then printf '  (tls ready %s)' "$(rabbit_tls_url)"
+    elif msg=$(tls_probe "$6" 3); then printf '  (tls ready %s)' "$7"
     else printf '  (tls NOT READY: %s)' "$msg"; r=1; fi
+    return $r
+}
+
+rabbit_status() {
+    local state r=0
+    if ! command -v rabbitmqctl >/dev/null 2>&1; then echo "rabbitmq NOT READY  (not installed)"; return 1; fi
+    rabbit_listeners rabbitmq "$RABBIT_PORT" "$(rabbit_url)" "$RABBIT_WS_PORT" "$(rabbit_ws_url)" \
+        "$RABBIT_TLS_PORT" "$(rabbit_tls_url)" || r=1
     state=$(rabbit_inspect || true)
     printf '  [%s]\n' "${state:-node down}"
     return $r
@@ -928,18 +937,9 @@ r4_restart() {
 }
 
 r4_status() {
-    local state r=0 msg
+    local state r=0
     if ! r4_installed; then echo "rabbitmq4 NOT READY  (not installed: no chroot at $R4_ROOT; run start rabbitmq4)"; return 1; fi
-    if msg=$(stomp_probe "$R4_PORT" 3); then
-        printf 'rabbitmq4 ready      %s' "$(r4_url)"
-    else
-        printf 'rabbitmq4 NOT READY  %s: %s' "$(r4_url)" "$msg"; r=1
-    fi
-    if msg=$(ws_probe "$R4_WS_PORT" 3); then printf '  (web-stomp ready %s)' "$(r4_ws_url)"
-    else printf '  (web-stomp NOT READY: %s)' "$msg"; r=1; fi
-    if [ ! -s "$TLS_DIR/ca.pem" ]; then printf '  (tls NOT READY: no %s; run start)' "$TLS_DIR/ca.pem"; r=1
-    elif msg=$(tls_probe "$R4_TLS_PORT" 3); then printf '  (tls ready %s)' "$(r4_tls_url)"
-    else printf '  (tls NOT READY: %s)' "$msg"; r=1; fi
+    rabbit_listeners rabbitmq4 "$R4_PORT" "$(r4_url)" "$R4_WS_PORT" "$(r4_ws_url)" "$R4_TLS_PORT" "$(r4_tls_url)" || r=1
     state=$(R4=1 rabbit_inspect || true)
     printf '  [%s]\n' "${state:-node down}"
     return $r
