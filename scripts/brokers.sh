@@ -101,7 +101,7 @@
 #   acceptor too (its netty acceptor answers an HTTP upgrade on any path; subprotocols v10.stomp,
 #   v11.stomp, v12.stomp; at most 65,536 bytes per WebSocket frame): ws://127.0.0.1:61618/.
 #   Started in the background with `bin/artemis run` (setsid; log artemis/artemis.log, pid file
-#   artemis/artemis.pid), heap -Xms64m -Xmx512m. Ready when both ports answer CONNECT and the
+#   artemis/artemis.pid), heap -Xms64m -Xmx1g, global-max-size 128 MiB (see art_start). Ready when both ports answer CONNECT and the
 #   WebSocket upgrade is accepted; the readiness timeout does not count the download.
 #   Needs java 17+ on PATH and, for the first start of a version, mvn.#
 # What stop does:
@@ -135,7 +135,8 @@
 #   STOMPFAST_ARTEMIS_PORT       [61618]  Artemis STOMP port, stock acceptor (also STOMP over WebSocket)
 #   STOMPFAST_ARTEMIS_PREFIX_PORT [61619] Artemis STOMP port with the /queue/ and /topic/ prefixes
 #   STOMPFAST_ARTEMIS_VERSION    [2.40.0] Artemis version fetched from Maven Central
-#   STOMPFAST_ARTEMIS_JAVA_OPTS  [-Xms64m -Xmx512m]  extra JVM options for Artemis (after the profile's)
+#   STOMPFAST_ARTEMIS_JAVA_OPTS  [-Xms64m -Xmx1g]    extra JVM options for Artemis (after the profile's)
+#   STOMPFAST_ARTEMIS_GLOBAL_MAX [128MiB]  broker.xml's global-max-size: messages held in memory at most
 #   STOMPFAST_ARTEMIS_STOP_TIMEOUT [20]   seconds between SIGTERM and SIGKILL
 #   STOMPFAST_RABBITMQ4_PORT     [61623]  RabbitMQ 4 STOMP port
 #   STOMPFAST_RABBITMQ4_WS_PORT  [15684]  RabbitMQ 4 Web-STOMP port (path /ws)
@@ -201,7 +202,8 @@ AMQ_STOP_TIMEOUT=${STOMPFAST_ACTIVEMQ_STOP_TIMEOUT:-20}
 ART_PORT=${STOMPFAST_ARTEMIS_PORT:-61618}
 ART_PREFIX_PORT=${STOMPFAST_ARTEMIS_PREFIX_PORT:-61619}
 ART_VERSION=${STOMPFAST_ARTEMIS_VERSION:-2.40.0}
-ART_JAVA_OPTS=${STOMPFAST_ARTEMIS_JAVA_OPTS:--Xms64m -Xmx512m}
+ART_JAVA_OPTS=${STOMPFAST_ARTEMIS_JAVA_OPTS:--Xms64m -Xmx1g}
+ART_GLOBAL_MAX=${STOMPFAST_ARTEMIS_GLOBAL_MAX:-128MiB}
 ART_STOP_TIMEOUT=${STOMPFAST_ARTEMIS_STOP_TIMEOUT:-20}
 ART_RESTART_KILL_AFTER=$ART_STOP_TIMEOUT
 PY=${PYTHON:-python3}
@@ -1161,7 +1163,7 @@ ART_CREATE_ARGS=(--silent --force --name stompfast --host "$HOST" --user guest -
 # `artemis create`, only host and port changed) and a copy with the /queue/ and /topic/ prefixes.
 ART_XML_EDIT='
 import os, re, sys
-src, dst, host, port, prefix_port = sys.argv[1:6]
+src, dst, host, port, prefix_port, global_max = sys.argv[1:7]
 with open(src, encoding="utf-8") as f:
     xml = f.read()
 m = re.search(r"<acceptor name=\"stomp\">tcp://[^<?]*\?([^<]*)</acceptor>", xml)
@@ -1178,6 +1180,13 @@ acceptors = """<acceptors>
 xml, n = re.subn(r"<acceptors>.*?</acceptors>", lambda _: acceptors, xml, count=1, flags=re.S)
 if n != 1:
     print("no <acceptors> element in %s" % src); sys.exit(1)
+# Address memory is limited well below the heap: Artemis counts a small STOMP message at far less
+# than it holds, so with the default (half the heap) a deep backlog exhausted the heap first.
+limit = "<global-max-size>%s</global-max-size>" % global_max
+xml, n = re.subn(r"(<persistence-enabled>[^<]*</persistence-enabled>)", lambda m: m.group(1) + "\n      " + limit,
+                 xml, count=1)
+if n != 1:
+    print("no <persistence-enabled> element in %s" % src); sys.exit(1)
 with open(dst + ".tmp", "w", encoding="utf-8") as f:
     f.write(xml)
 os.replace(dst + ".tmp", dst)
@@ -1279,7 +1288,7 @@ art_start() {
         art_fetch
         art_create
         reason=$("$PY" -c "$ART_XML_EDIT" "$ART_INST/etc/broker.xml.created" "$ART_INST/etc/broker.xml" \
-                 "$HOST" "$ART_PORT" "$ART_PREFIX_PORT") || die "could not write $ART_INST/etc/broker.xml: $reason"
+                 "$HOST" "$ART_PORT" "$ART_PREFIX_PORT" "$ART_GLOBAL_MAX") || die "could not write $ART_INST/etc/broker.xml: $reason"
         if [ -f "$ART_LOG" ] && [ "$(stat -c %s "$ART_LOG")" -gt 10000000 ]; then mv -f "$ART_LOG" "$ART_LOG.1"; fi
         printf '\n===== %s brokers.sh: starting Artemis %s (stomp %s, prefixed %s)\n' \
             "$(date -u +%FT%TZ)" "$ART_VERSION" "$ART_PORT" "$ART_PREFIX_PORT" >>"$ART_LOG"
