@@ -490,17 +490,24 @@ EOF
     say "$who: deleted $n leftover test queue(s)"
 }
 
+# tail_logs N FILE...: the last N lines of each non-empty FILE, on stderr, each under its name
+tail_logs() {
+    local n=$1 f
+    shift
+    for f in "$@"; do
+        [ -s "$f" ] || continue
+        echo "----- tail of $f" >&2
+        tail -n "$n" "$f" >&2
+    done
+}
+
 rabbit_log_tail() {
     local f newest=""
     for f in /var/log/rabbitmq/rabbit@*.log; do
         [[ $f == *_upgrade.log ]] && continue
         if [ -z "$newest" ] || [ "$f" -nt "$newest" ]; then newest=$f; fi
     done
-    for f in $newest /var/log/rabbitmq/startup_err; do
-        [ -s "$f" ] || continue
-        echo "----- tail of $f" >&2
-        tail -n "${1:-30}" "$f" >&2
-    done
+    tail_logs "${1:-30}" $newest /var/log/rabbitmq/startup_err
 }
 
 rabbit_fail() { say "RabbitMQ: $*"; rabbit_log_tail 40; die "RabbitMQ is not ready: $*"; }
@@ -809,14 +816,7 @@ r4_pid() {
     done
 }
 
-r4_log_tail() {
-    local f
-    for f in "$R4_LOG_DIR/$R4_NODE.log" "$R4_STARTUP_LOG"; do
-        [ -s "$f" ] || continue
-        echo "----- tail of $f" >&2
-        tail -n "${1:-30}" "$f" >&2
-    done
-}
+r4_log_tail() { tail_logs "${1:-30}" "$R4_LOG_DIR/$R4_NODE.log" "$R4_STARTUP_LOG"; }
 
 r4_fail() { say "RabbitMQ 4: $*"; r4_log_tail 40; die "RabbitMQ 4 is not ready: $*"; }
 
