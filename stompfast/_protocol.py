@@ -38,6 +38,7 @@ from ._brokers import (
     prefetch_headers,
     routing_type,
 )
+from ._common import copy_error
 from ._events import ACK_QUEUED, Connected, ErrorReceived, Event, Message, OversizedMessage, ReceiptReceived
 from ._scanner import FrameScanner, encode_frame
 from .errors import (
@@ -371,6 +372,11 @@ class StompProtocol:
 
     def _check(self, what: str) -> None:
         if what not in self._allowed:
+            if self._ending is not None:
+                # The broker's ERROR ended the session: that is why nothing more can be
+                # sent, and a driver may not have failed its caller with it yet (it is
+                # still reading the broker's later ERRORs).
+                raise copy_error(self.ending_error)  # type: ignore[arg-type]  # (an ERROR came)
             raise LocalProtocolError(f"cannot send {what} while the session is {self.state.value}")
 
     def _encode(self, command: str, headers: Any, body: bytes = b"") -> bytes:

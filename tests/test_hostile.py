@@ -16,6 +16,8 @@ from typing import Any, List, Optional
 
 import anyio
 import pytest
+
+import stompfast._inbox
 from hostile import Conn, HostileServer, endless_frame
 
 from stompfast import (
@@ -169,6 +171,74 @@ def test_error_then_frames_in_one_read_blocking(backend):
                 with pytest.raises(ServerError, match="Invalid transaction id"):
                     sub.receive(timeout=WAIT)
             assert isinstance(c.error, ServerError)
+
+
+# -- a call made while the broker's later ERRORs are read ------------------------------------------
+
+# After an ERROR that ends the session the client reads on for the broker's later
+# ERRORs (up to ERROR_GRACE) before it fails; a call made in that window must fail
+# with the broker's ERROR, not with "cannot send X while the session is failed".
+# The grace is made long so that every call surely lands in the window.
+
+
+def assert_the_brokers_error(info: Any) -> None:
+    assert type(info.value) is ServerError and str(info.value) == "Queue not allowed: /queue/x"
+
+
+@pytest.mark.anyio
+async def test_calls_while_later_errors_are_read_raise_the_brokers_error(monkeypatch):
+    monkeypatch.setattr(stompfast._inbox, "ERROR_GRACE", 60)
+    async with Broker() as broker:
+        async with AsyncClient(broker.url, heart_beat=(0, 0), reconnect=False) as c:
+            async with c.subscribe("/queue/e", ack="client-individual") as sub:
+                await c.send("/queue/e", b"m")
+                with anyio.fail_after(WAIT):
+                    message = await sub.receive()
+                broker.send_raw(encode_frame("ERROR", {"message": "Queue not allowed"}, b"/queue/x"))
+                await wait_until(lambda: c._link.protocol.reading_errors)
+
+                async def in_a_transaction() -> None:
+                    async with c.transaction():
+                        pass  # pragma: no cover
+
+                async def subscribe() -> None:
+                    async with c.subscribe("/queue/other"):
+                        pass  # pragma: no cover
+
+                calls = [
+                    lambda: c.send("/queue/e", b"plain"),
+                    lambda: c.send("/queue/e", b"r", receipt=True),
+                    c.flush,
+                    in_a_transaction,
+                    subscribe,
+                    message.ack,
+                ]
+                for call in calls:
+                    with pytest.raises(ServerError) as info:
+                        with anyio.fail_after(WAIT):
+                            await call()
+                    assert_the_brokers_error(info)
+
+
+def test_calls_while_later_errors_are_read_raise_the_brokers_error_blocking(backend, monkeypatch):
+    # The Spark sink's flush met "cannot send BEGIN while the session is failed" this way.
+    monkeypatch.setattr(stompfast._inbox, "ERROR_GRACE", 60)
+    name, options = backend
+    with Broker.in_thread() as broker:
+        with Client(broker.url, heart_beat=(0, 0), reconnect=False, backend=name, backend_options=options) as c:
+            c.send("/queue/e", b"m", receipt=True)
+            broker.send_raw(encode_frame("ERROR", {"message": "Queue not allowed"}, b"/queue/x"))
+            wait_until_blocking(lambda: c.async_client._link.protocol.reading_errors)
+            # A plain send is queued for the loop and returns; its refusal is raised by the next call
+            c.send("/queue/e", b"plain")
+            for call in (c.flush, lambda: c.send("/q", b"r", receipt=True)):
+                with pytest.raises(ServerError) as info:
+                    call()
+                assert_the_brokers_error(info)
+            c.send("/queue/e", b"queued again")
+            with pytest.raises(ServerError) as info:
+                c.flush()
+            assert_the_brokers_error(info)
 
 
 def refuse_then_chatter(conn: Conn) -> None:

@@ -611,6 +611,31 @@ def test_a_framing_fault_after_the_error_ends_the_reading_of_later_errors():
     assert len(p.ending_error.errors) == 2
 
 
+def test_a_frame_asked_for_after_an_ending_error_raises_that_error_not_a_local_one():
+    # A driver fails its caller only once the later ERRORs are read; a frame asked for
+    # meanwhile must report why the session ended, folded as far as it got.
+    p = connected()
+    p.subscribe("/q")
+    (event,) = p.receive_data(_PROCESSING)
+    with pytest.raises(ServerError, match="^Processing error$"):
+        p.send_plain("/q", b"x")
+    p.receive_data(_REASON)
+    for ask in (lambda: p.send("/q", b"x", receipt=True), p.probe, p.begin, lambda: p.subscribe("/r"),
+                lambda: p.disconnect(receipt=True)):
+        with pytest.raises(ServerError) as info:
+            ask()
+        assert type(info.value) is ServerError and info.value is not p.ending_error
+        assert str(info.value) == str(p.ending_error) and len(info.value.errors) == 2
+
+
+def test_a_frame_asked_for_after_a_local_failure_is_a_local_protocol_error():
+    p = connected()
+    with pytest.raises(RemoteProtocolError):
+        p.receive_data(encode_frame("CONNECTED", {"version": "1.2"}))
+    with pytest.raises(LocalProtocolError, match="cannot send SEND while the session is failed"):
+        p.send_plain("/q", b"x")
+
+
 def test_an_ending_error_alone_is_the_error_of_its_event():
     p = connected()
     (event,) = p.receive_data(_PROCESSING)
