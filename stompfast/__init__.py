@@ -6,6 +6,7 @@ from ._consumer import AsyncConsumer, ConsumerStats, Nack
 from ._health import DrainReport, Health
 from ._protocol import Message, OversizedMessage
 from ._reconnect import ConnectionEvent, ReconnectPolicy
+from ._retry import RetryPolicy
 from ._scanner import FrameScanner, encode_frame
 from ._stats import ClientStats, RttSummary
 from ._subscription import AsyncSubscription
@@ -90,6 +91,7 @@ __all__ = [
     "ReconnectPolicy",
     "RemoteProtocolError",
     "RequestTimeout",
+    "RetryPolicy",
     "RttSummary",
     "ServerError",
     "StaleMessageError",

@@ -83,7 +83,7 @@ import sniffio
 from ._brokers import reply_destination
 from ._common import RETRYABLE, body_bytes, conn_log, copy_error, log, where
 from ._config import Endpoint, check_positive
-from ._consumer import AsyncConsumer, OnError, check_consume_options
+from ._consumer import DEFAULT_RETRY, AsyncConsumer, OnError, check_consume_options
 from ._framelog import frame_log
 from ._health import DrainReport, Health
 from ._lifecycle import CLOSED, CLOSING, CONNECTING, FAILED, NEW, OPEN, RECONNECTING, ClientState, advance, describe
@@ -1154,7 +1154,7 @@ class AsyncClient:
         *,
         concurrency: int = 1,
         ack: str = "client-individual",
-        on_error: OnError = "nack",
+        on_error: OnError = DEFAULT_RETRY,
         prefetch: Optional[int] = None,
         headers: Optional[Mapping[str, Any]] = None,
         id: Optional[str] = None,
@@ -1164,14 +1164,27 @@ class AsyncClient:
 
         Returns once the broker confirmed the subscription; the handlers then run
         in the client's task group until the consumer is drained or stopped, or
-        the client closes. A handler that returns acks its message; one that raises
-        is settled as ``on_error`` says: ``"nack"`` (the default), ``"ack"`` (drop
-        it), ``Nack(headers)`` (e.g. ``Nack({"requeue": "false"})``: RabbitMQ
-        dead-letters it), ``"stop"`` (leave it unsettled and stop the consumer:
-        ``await consumer.wait()`` raises the handler's error), or a callable
-        ``on_error(message, exc)`` returning (or awaiting) one of those. In ``ack="auto"``
-        the broker needs no settle and the handler just runs. With
-        ``concurrency=1`` messages are handled one at a time, in order.
+        the client closes. A handler that returns acks its message. One that
+        raises is logged (with its traceback, rate-limited) and dealt with as
+        ``on_error`` says, the same on every broker (docs/guarantees.md):
+
+        - a :class:`RetryPolicy` (the default, ``RetryPolicy()``; ``"retry"`` is
+          the same): the handler is called again on the unacknowledged message
+          after a growing delay, up to ``attempts`` calls; then a persistent copy
+          goes to the dead-letter destination (``/queue/jobs`` -> ``/queue/jobs.dlq``
+          by default) with ``sf-attempts`` and ``sf-error`` headers, confirmed by
+          the broker, and only then is the original acked;
+        - ``"dead-letter"``: to the default dead-letter destination at once;
+        - ``"ack"`` (drop it); ``"nack"`` or ``Nack(headers)``: the broker's own
+          NACK, whose outcome differs per broker (RabbitMQ requeues it at once,
+          ActiveMQ Classic and Artemis may discard it: docs/brokers.md);
+        - ``"stop"``: leave it unsettled and stop the consumer (``await
+          consumer.wait()`` raises the handler's error);
+        - a callable ``on_error(message, exc)`` returning (or awaiting) one of those.
+
+        In ``ack="auto"`` the broker needs no settle: ack and nack do nothing,
+        retries and dead letters still happen. With ``concurrency=1`` messages are
+        handled one at a time, in order.
 
         Args:
             prefetch: messages the broker may deliver ahead (the subscription's
@@ -1191,12 +1204,18 @@ class AsyncClient:
         await sub.__aenter__()
         # The handlers' start times need only be comparable with each other: time.monotonic
         # is a C call, where the loop's clock is a Python method around it (once per message).
-        consumer = AsyncConsumer(sub, handler, concurrency=concurrency, on_error=on_error, clock=monotonic)
+        consumer = AsyncConsumer(
+            sub, handler, concurrency=concurrency, on_error=on_error, publish=self._publish_confirmed, clock=monotonic
+        )
         self._consumers = {c for c in self._consumers if not c.done.is_set()}
         self._consumers.add(consumer)
         assert self._tg is not None
         consumer.start(self._tg)
         return consumer
+
+    async def _publish_confirmed(self, destination: str, body: bytes, headers: Mapping[str, str]) -> None:
+        """A SEND that returns once the broker confirmed it (a consumer's dead letters)."""
+        await self.send(destination, body, headers=headers, receipt=True)
 
     async def request(
         self,

@@ -3,7 +3,9 @@
 An :class:`AsyncConsumer` runs ``concurrency`` worker tasks in the client's task
 group over one subscription. Each worker takes a message, awaits
 ``handler(message)`` and settles it: a handler that returns acks it, one that
-raises is settled as ``on_error`` says (NACK by default). With ``concurrency=1``
+raises is dealt with as ``on_error`` says: by default retried after a growing
+delay and at last dead-lettered, the same on every broker (:mod:`._retry`), or
+acked, nacked or left for a stop. With ``concurrency=1``
 one worker handles the messages in the order they came. The subscription's
 buffer, and so the broker's prefetch in the client ack modes, follows
 ``concurrency`` (``prefetch``, twice the workers by default): the broker keeps
@@ -32,15 +34,16 @@ import anyio
 import anyio.abc
 
 from ._events import Message
+from ._retry import FailureLog, RetryPolicy, dead_letter_headers
 from ._subscription import AsyncSubscription
 from .errors import ClientClosedError, ConfigurationError, LocalProtocolError, StaleMessageError, StompError
 
-__all__ = ["AsyncConsumer", "ConsumerStats", "Nack", "check_consume_options", "error_action"]
+__all__ = ["AsyncConsumer", "ConsumerStats", "Failure", "Nack", "check_consume_options", "failure_step"]
 
 log = logging.getLogger("stompfast")
 
 #: What ``on_error`` may say about a message whose handler raised.
-ERROR_DECISIONS = ("nack", "ack", "stop")
+ERROR_DECISIONS = ("retry", "dead-letter", "nack", "ack", "stop")
 
 
 @dataclass(frozen=True)
@@ -51,20 +54,23 @@ class Nack:
 
 
 #: ``on_error``: a decision for every failure, or ``on_error(message, exc)`` returning one (or awaiting one).
-OnError = Union[str, Nack, Callable[[Message, Exception], Any]]
+OnError = Union[str, RetryPolicy, Nack, Callable[[Message, Exception], Any]]
+
+#: What ``"retry"`` means, and ``consume``'s default ``on_error``.
+DEFAULT_RETRY = RetryPolicy()
 
 
 @dataclass(frozen=True)
 class ConsumerStats:
     """What a consumer did so far (``consumer.stats()``)."""
 
-    #: messages handed to the handler
+    #: messages handed to the handler (a retried message counts once)
     handled: int = 0
     #: messages acked after their handler returned (or raised, with ``on_error="ack"``)
     acked: int = 0
-    #: messages nacked after their handler raised
+    #: messages nacked after their handler raised (``on_error="nack"`` or a ``Nack``)
     nacked: int = 0
-    #: handlers that raised
+    #: handler calls that raised (each attempt of a retried message counts)
     failed: int = 0
     #: settles refused because the message came on a connection that was lost (the broker redelivers it)
     stale: int = 0
@@ -72,6 +78,10 @@ class ConsumerStats:
     running: int = 0
     #: seconds the longest-running handler has been running (0.0 when none runs)
     oldest_running: float = 0.0
+    #: handler calls that were a retry of a failed one
+    retried: int = 0
+    #: messages published to a dead-letter destination (and then acked)
+    dead_lettered: int = 0
 
 
 def check_consume_options(concurrency: Any, prefetch: Any, ack: str, on_error: Any) -> int:
@@ -88,35 +98,78 @@ def check_consume_options(concurrency: Any, prefetch: Any, ack: str, on_error: A
         # A cumulative ACK of one worker's message would settle the messages other
         # workers are still handling.
         raise ConfigurationError("ack='client' (cumulative) cannot be used with concurrency > 1: use client-individual")
-    if not (isinstance(on_error, Nack) or callable(on_error) or on_error in ERROR_DECISIONS):
+    if not (isinstance(on_error, (Nack, RetryPolicy)) or callable(on_error) or on_error in ERROR_DECISIONS):
         raise ConfigurationError(
-            f"on_error must be 'nack', 'ack', 'stop', a Nack(headers) or a callable, not {on_error!r}"
+            "on_error must be 'retry', 'dead-letter', 'nack', 'ack', 'stop', a RetryPolicy, a Nack(headers)"
+            f" or a callable, not {on_error!r}"
         )
     return prefetch
 
 
-def error_action(
-    decision: Any, settles: bool, destination: str, exc: Exception
-) -> Tuple[str, Optional[Mapping[str, Any]]]:
-    """What a failed handler's message becomes, from ``on_error``'s ``decision``: ``(action, NACK headers)``.
+class Failure:
+    """One message's failures: which call this was, and the last error (a retried message keeps its own)."""
 
-    ``action`` is ``"stop"`` (leave it unsettled and stop the consumer), ``"none"``
-    (``auto`` mode: nothing to settle), ``"ack"`` or ``"nack"``. A decision that is none
-    of those is logged and nacked. Both consumers (tasks and threads) settle by it.
+    __slots__ = ("message", "error", "attempt")
+
+    def __init__(self, message: Message, error: Exception) -> None:
+        self.message = message
+        self.error = error
+        #: the handler call that raised (1: the first)
+        self.attempt = 1
+
+
+def failure_step(decision: Any, failure: Failure, settles: bool) -> Tuple[str, Any]:
+    """What comes after ``failure``, by ``on_error``'s ``decision``: ``(step, detail)``.
+
+    ``("retry", seconds)``: call the handler again after that delay;
+    ``("dead-letter", destination)``: publish a persistent copy there, then ack;
+    ``("ack", None)``; ``("nack", headers or None)``; ``("stop", None)``: leave the
+    message unsettled and stop the consumer; ``("none", None)``: ``auto`` mode,
+    nothing to settle. A decision that is none of those is logged and retried
+    by the default policy. Both consumers (tasks and threads) act on this.
     """
-    if decision == "stop":
-        log.error("stompfast: a handler on %r raised and on_error says stop: %r", destination, exc)
+    if decision == "retry":
+        decision = DEFAULT_RETRY
+    elif decision == "dead-letter":
+        return "dead-letter", DEFAULT_RETRY.dead_letter_for(failure.message.destination or "")
+    elif decision == "stop":
         return "stop", None
-    if not settles:
-        log.warning("stompfast: a handler on %r raised (ack mode auto: nothing to settle): %r", destination, exc)
-        return "none", None
-    if decision == "ack":
-        return "ack", None
-    if isinstance(decision, Nack):
-        return "nack", decision.headers or None
-    if decision != "nack":
-        log.error("stompfast: consume's on_error returned %r (not 'ack', 'nack', 'stop' or a Nack): nacked", decision)
-    return "nack", None
+    elif decision in ("ack", "nack") or isinstance(decision, Nack):
+        if not settles:
+            return "none", None
+        if decision == "ack":
+            return "ack", None
+        return "nack", (decision.headers or None) if isinstance(decision, Nack) else None
+    elif not isinstance(decision, RetryPolicy):
+        log.error(
+            "stompfast: consume's on_error returned %r (not 'retry', 'dead-letter', 'ack', 'nack', 'stop', a"
+            " RetryPolicy or a Nack): the message is retried by the default policy", decision,
+        )
+        decision = DEFAULT_RETRY
+    if failure.attempt < decision.attempts:
+        return "retry", decision.delay_after(failure.attempt)
+    return "dead-letter", decision.dead_letter_for(failure.message.destination or "")
+
+
+def log_failure(failures: FailureLog, destination: str, failure: Failure, step: str, detail: Any) -> None:
+    """Log a handler failure and what is done about it (rate-limited by ``failures``)."""
+    message = failure.message
+    where = (destination, message.message_id, failure.attempt)
+    if step == "retry":
+        failures.failure(logging.WARNING, "stompfast: handler on %r failed (message %s, attempt %d); retrying in"
+                         " %.2f s", *where, detail, error=failure.error)
+    elif step == "dead-letter":
+        failures.failure(logging.ERROR, "stompfast: handler on %r failed (message %s, attempt %d); dead-lettering"
+                         " it to %r", *where, detail, error=failure.error)
+    elif step == "stop":
+        failures.failure(logging.ERROR, "stompfast: handler on %r failed (message %s, attempt %d); on_error says"
+                         " stop: the message is left unacknowledged", *where, error=failure.error)
+    elif step == "none":
+        failures.failure(logging.WARNING, "stompfast: handler on %r failed (message %s, attempt %d); ack mode auto:"
+                         " the broker took it as delivered", *where, error=failure.error)
+    else:
+        failures.failure(logging.WARNING, "stompfast: handler on %r failed (message %s, attempt %d); %s it, as"
+                         " on_error says", *where, "acking" if step == "ack" else "nacking", error=failure.error)
 
 
 class AsyncConsumer:
@@ -129,8 +182,9 @@ class AsyncConsumer:
     """
 
     __slots__ = (
-        "destination", "subscription", "handler", "concurrency", "on_error", "settles", "clock", "stopping",
-        "started", "workers_left", "done", "error", "handled", "acked", "nacked", "failed", "stale",
+        "destination", "subscription", "handler", "concurrency", "on_error", "publish", "settles", "clock",
+        "stopping", "stop_requested", "started", "workers_left", "done", "error", "failures", "handled", "acked",
+        "nacked", "failed", "stale", "retried", "dead_lettered",
     )
 
     def __init__(
@@ -140,6 +194,7 @@ class AsyncConsumer:
         *,
         concurrency: int,
         on_error: OnError,
+        publish: Callable[[str, bytes, Mapping[str, str]], Awaitable[Any]],
         clock: Callable[[], float],
     ) -> None:
         self.destination = subscription.destination
@@ -148,11 +203,15 @@ class AsyncConsumer:
         self.handler = handler
         self.concurrency = concurrency
         self.on_error = on_error
+        #: ``await publish(destination, body, headers)``: a SEND confirmed by its receipt (dead letters)
+        self.publish = publish
         # auto mode: the broker needs no settle
         self.settles = subscription.ack_mode != "auto"
         self.clock = clock
         # No worker takes another message once this is set (drain, stop, a failure).
         self.stopping = False
+        # Set with ``stopping``: ends a retry's wait at once.
+        self.stop_requested = anyio.Event()
         # When each worker's running handler started (by ``clock``), 0.0 while it waits.
         self.started: List[float] = [0.0] * concurrency
         self.workers_left = concurrency
@@ -160,11 +219,14 @@ class AsyncConsumer:
         self.done = anyio.Event()
         # What stopped the consumer (on_error="stop", or the connection failing for good).
         self.error: Optional[BaseException] = None
+        self.failures = FailureLog()
         self.handled = 0
         self.acked = 0
         self.nacked = 0
         self.failed = 0
         self.stale = 0
+        self.retried = 0
+        self.dead_lettered = 0
 
     def start(self, tg: anyio.abc.TaskGroup) -> None:
         """Start the workers in ``tg`` (the client's task group)."""
@@ -190,8 +252,7 @@ class AsyncConsumer:
                 try:
                     await handler(message)
                 except Exception as exc:
-                    self.failed += 1
-                    await self._handle_error(message, exc)
+                    await self._handle_failure(Failure(message, exc))
                 else:
                     if settles:
                         # _settle's ACK inlined: this runs once per message
@@ -214,6 +275,7 @@ class AsyncConsumer:
         except ClientClosedError:
             # The subscription was closed (drain, or the client closing): no error of ours.
             self.stopping = True
+            self.stop_requested.set()
             return False
         except StompError as exc:
             # The connection failed for good: every worker stops with it.
@@ -221,21 +283,73 @@ class AsyncConsumer:
             return False
         return True
 
-    async def _handle_error(self, message: Message, exc: Exception) -> None:
-        decision: Any = self.on_error
-        if callable(decision) and not isinstance(decision, Nack):
+    async def _handle_failure(self, failure: Failure) -> None:
+        """The handler raised: retry the message, dead-letter it, settle it or stop, as ``on_error`` says."""
+        while True:
+            self.failed += 1
+            step, detail = failure_step(await self._decide(failure), failure, self.settles)
+            log_failure(self.failures, self.destination, failure, step, detail)
+            if step != "retry":
+                break
+            if not await self._pause(detail):
+                # Stopping: the message stays unacknowledged, and the broker redelivers it.
+                return
+            self.retried += 1
+            failure.attempt += 1
             try:
-                decision = decision(message, exc)
+                await self.handler(failure.message)
+            except Exception as exc:
+                failure.error = exc
+                continue
+            if self.settles:
+                await self._settle(failure.message, "ack", None)
+            return
+        if step == "dead-letter":
+            await self._dead_letter(failure, detail)
+        elif step == "stop":
+            self.stop_taking(failure.error)
+        elif step != "none":
+            await self._settle(failure.message, step, detail)
+
+    async def _decide(self, failure: Failure) -> Any:
+        """``on_error``'s decision for ``failure`` (a callable's answer; a callable that raises: retry)."""
+        decision: Any = self.on_error
+        if callable(decision) and not isinstance(decision, (Nack, RetryPolicy)):
+            try:
+                decision = decision(failure.message, failure.error)
                 if inspect.isawaitable(decision):
                     decision = await decision
             except Exception as hook_error:
-                log.exception("stompfast: consume's on_error raised (the message is nacked): %s", hook_error)
-                decision = "nack"
-        action, headers = error_action(decision, self.settles, self.destination, exc)
-        if action == "stop":
-            self.stop_taking(exc)
-        elif action != "none":
-            await self._settle(message, action, headers)
+                log.exception("stompfast: consume's on_error raised (the message is retried): %s", hook_error)
+                decision = "retry"
+        return decision
+
+    async def _pause(self, delay: float) -> bool:
+        """Wait ``delay`` seconds before a retry; False if the consumer was told to stop meanwhile."""
+        with anyio.move_on_after(delay):
+            await self.stop_requested.wait()
+        return not self.stopping
+
+    async def _dead_letter(self, failure: Failure, destination: str) -> None:
+        """Publish a persistent copy of the message to ``destination``, confirmed, and only then ack it.
+
+        A crash or a lost connection between the two leaves the original
+        unacknowledged: the broker redelivers it (a duplicate dead letter at
+        worst, never a loss). A refused publish leaves it unacknowledged too.
+        """
+        message = failure.message
+        headers = dead_letter_headers(message.headers, self.destination, failure.attempt, failure.error)
+        try:
+            await self.publish(destination, message.body, headers)
+        except StompError as exc:
+            log.error(
+                "stompfast: the dead letter of message %s on %r was not confirmed by the broker (%s): the message"
+                " is left unacknowledged, for the broker to redeliver", message.message_id, self.destination, exc,
+            )
+            return
+        self.dead_lettered += 1
+        if self.settles:
+            await self._settle(message, "ack", None)
 
     async def _settle(self, message: Message, command: str, headers: Optional[Mapping[str, Any]]) -> None:
         try:
@@ -265,6 +379,7 @@ class AsyncConsumer:
         if error is not None and self.error is None:
             self.error = error
         self.stopping = True
+        self.stop_requested.set()
         # The waiting workers see ``stopping`` as they wake.
         self.subscription.wake()
 
@@ -279,7 +394,7 @@ class AsyncConsumer:
         oldest = self.clock() - min(started) if started else 0.0
         return ConsumerStats(
             handled=self.handled, acked=self.acked, nacked=self.nacked, failed=self.failed, stale=self.stale,
-            running=len(started), oldest_running=oldest,
+            running=len(started), oldest_running=oldest, retried=self.retried, dead_lettered=self.dead_lettered,
         )
 
     def wedged(self, limit: float) -> int:

@@ -96,7 +96,7 @@ from anyio.from_thread import BlockingPortal
 from ._client import AsyncClient
 from ._common import copy_error
 from ._config import Endpoint, check_positive
-from ._consumer import OnError, check_consume_options
+from ._consumer import DEFAULT_RETRY, OnError, check_consume_options
 from ._health import DrainReport, Health
 from ._options import ClientOptions, resolve as resolve_options, signature as options_signature
 from ._protocol import Message
@@ -626,7 +626,7 @@ class Client:
         *,
         concurrency: int = 1,
         ack: str = "client-individual",
-        on_error: OnError = "nack",
+        on_error: OnError = DEFAULT_RETRY,
         prefetch: Optional[int] = None,
         headers: Optional[Mapping[str, Any]] = None,
         id: Optional[str] = None,
@@ -646,7 +646,12 @@ class Client:
         sub = self.subscribe(
             destination, ack=ack, headers=headers, buffer_size=prefetch, id=id, durable=durable, timeout=timeout
         )
-        consumer = Consumer(sub, handler, concurrency=concurrency, on_error=on_error, settle_timeout=timeout)
+        def publish(dead_letter: str, body: bytes, dead_headers: Mapping[str, str]) -> None:
+            self.send(dead_letter, body, headers=dead_headers, receipt=True, timeout=timeout)
+
+        consumer = Consumer(
+            sub, handler, concurrency=concurrency, on_error=on_error, publish=publish, settle_timeout=timeout
+        )
         with self._lock:
             self._consumers = [c for c in self._consumers if c.running]
             self._consumers.append(consumer)

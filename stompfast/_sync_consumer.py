@@ -17,8 +17,9 @@ import threading
 import time
 from typing import Any, Callable, List, Mapping, Optional
 
-from ._consumer import ConsumerStats, Nack, OnError, error_action
+from ._consumer import ConsumerStats, Failure, Nack, OnError, failure_step, log_failure
 from ._events import Message
+from ._retry import FailureLog, RetryPolicy, dead_letter_headers
 from ._sync_subscription import Subscription
 from .errors import (
     ClientClosedError,
@@ -37,8 +38,8 @@ log = logging.getLogger("stompfast")
 IDLE_CHECK = 0.25
 
 #: The counts each thread keeps, in its own list, by these indexes.
-_COUNTS = ("handled", "acked", "nacked", "failed", "stale")
-_HANDLED, _ACKED, _NACKED, _FAILED, _STALE = range(len(_COUNTS))
+_COUNTS = ("handled", "acked", "nacked", "failed", "stale", "retried", "dead_lettered")
+_HANDLED, _ACKED, _NACKED, _FAILED, _STALE, _RETRIED, _DEAD_LETTERED = range(len(_COUNTS))
 
 
 class Consumer:
@@ -57,6 +58,7 @@ class Consumer:
         *,
         concurrency: int,
         on_error: OnError,
+        publish: Callable[[str, bytes, Mapping[str, str]], Any],
         settle_timeout: Optional[float],
     ) -> None:
         self.destination = subscription.destination
@@ -65,6 +67,9 @@ class Consumer:
         self._handler = handler
         self.concurrency = concurrency
         self._on_error = on_error
+        # publish(destination, body, headers): a SEND confirmed by its receipt (dead letters)
+        self._publish = publish
+        self._failures = FailureLog()
         self._settle_timeout = settle_timeout
         # auto mode: the broker needs no settle
         self._settles = subscription.ack_mode != "auto"
@@ -117,8 +122,7 @@ class Consumer:
             try:
                 handler(message)
             except Exception as exc:
-                tally[_FAILED] += 1
-                self._handle_error(message, exc, tally)
+                self._handle_failure(Failure(message, exc), tally)
             else:
                 if settles:
                     # The common case, inlined: a returned handler acks.
@@ -130,19 +134,60 @@ class Consumer:
             finally:
                 started[number] = 0.0
 
-    def _handle_error(self, message: Message, exc: Exception, tally: List[int]) -> None:
-        decision: Any = self._on_error
-        if callable(decision) and not isinstance(decision, Nack):
+    def _handle_failure(self, failure: Failure, tally: List[int]) -> None:
+        """The handler raised: retry the message, dead-letter it, settle it or stop, as ``on_error`` says."""
+        while True:
+            tally[_FAILED] += 1
+            step, detail = failure_step(self._decide(failure), failure, self._settles)
+            log_failure(self._failures, self.destination, failure, step, detail)
+            if step != "retry":
+                break
+            if self._stopping.wait(detail):
+                # Stopping: the message stays unacknowledged, and the broker redelivers it.
+                return
+            tally[_RETRIED] += 1
+            failure.attempt += 1
             try:
-                decision = decision(message, exc)
+                self._handler(failure.message)
+            except Exception as exc:
+                failure.error = exc
+                continue
+            if self._settles:
+                self._settle(failure.message, "ack", None, tally)
+            return
+        if step == "dead-letter":
+            self._dead_letter(failure, detail, tally)
+        elif step == "stop":
+            self.stop_taking(failure.error)
+        elif step != "none":
+            self._settle(failure.message, step, detail, tally)
+
+    def _decide(self, failure: Failure) -> Any:
+        """``on_error``'s decision for ``failure`` (a callable's answer; a callable that raises: retry)."""
+        decision: Any = self._on_error
+        if callable(decision) and not isinstance(decision, (Nack, RetryPolicy)):
+            try:
+                decision = decision(failure.message, failure.error)
             except Exception as hook_error:
-                log.exception("stompfast: consume's on_error raised (the message is nacked): %s", hook_error)
-                decision = "nack"
-        action, headers = error_action(decision, self._settles, self.destination, exc)
-        if action == "stop":
-            self.stop_taking(exc)
-        elif action != "none":
-            self._settle(message, action, headers, tally)
+                log.exception("stompfast: consume's on_error raised (the message is retried): %s", hook_error)
+                decision = "retry"
+        return decision
+
+    def _dead_letter(self, failure: Failure, destination: str, tally: List[int]) -> None:
+        """Publish a persistent copy to ``destination``, confirmed, then ack (as the async consumer does)."""
+        message = failure.message
+        headers = dead_letter_headers(message.headers, self.destination, failure.attempt, failure.error)
+        try:
+            self._publish(destination, message.body, headers)
+        except StompError as exc:
+            log.error(
+                "stompfast: the dead letter of message %s on %r was not confirmed by the broker (%s): the message"
+                " is left unacknowledged, for the broker to redeliver", message.message_id, self.destination, exc,
+            )
+            return
+        tally[_DEAD_LETTERED] += 1
+        if self._settles:
+            self._settle(message, "ack", None, tally)
 
     def _settle(self, message: Message, command: str, headers: Optional[Mapping[str, Any]], tally: List[int]) -> None:
         try:

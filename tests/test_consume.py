@@ -13,7 +13,7 @@ from typing import Any, List
 import anyio
 import pytest
 
-from stompfast import AsyncClient, ConfigurationError, Nack
+from stompfast import AsyncClient, ConfigurationError, Nack, RetryPolicy
 from stompfast.testing import Broker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
@@ -103,7 +103,7 @@ async def test_a_handler_that_raises_is_settled_as_on_error_says():
         assert {n.get("requeue") for n in nacks} == {"false", None}
 
 
-async def test_the_default_nacks_and_stop_ends_the_consumer_with_the_handlers_error():
+async def test_stop_ends_the_consumer_with_the_handlers_error_and_nack_is_the_brokers_nack():
     async def fail(message):
         raise ValueError("poison")
 
@@ -117,7 +117,7 @@ async def test_the_default_nacks_and_stop_ends_the_consumer_with_the_handlers_er
             assert consumer.stats().failed == 1 and not frames(broker, "NACK") and not frames(broker, "ACK")
             await consumer.stop()
             await client.send("/queue/n", b"y")
-            nacking = await client.consume("/queue/n", fail)
+            nacking = await client.consume("/queue/n", fail, on_error="nack")
             await until(lambda: nacking.stats().nacked >= 1)
             await nacking.drain()
 
@@ -184,7 +184,7 @@ async def test_health_is_ready_only_while_connected_and_no_handler_is_wedged():
         assert not client.health().connected and not client.health().ready
 
 
-async def test_auto_mode_only_runs_the_handler():
+async def test_auto_mode_settles_nothing_but_still_retries_and_dead_letters():
     seen: List[bytes] = []
 
     async def handler(message):
@@ -196,11 +196,15 @@ async def test_auto_mode_only_runs_the_handler():
         async with make(broker) as client:
             for i in range(3):
                 await client.send("/queue/a", b"%d" % i)
-            consumer = await client.consume("/queue/a", handler, ack="auto")
-            await until(lambda: len(seen) == 3)
+            retry = RetryPolicy(attempts=2, initial_delay=0.01, jitter=0)
+            consumer = await client.consume("/queue/a", handler, ack="auto", on_error=retry)
+            await until(lambda: consumer.stats().dead_lettered == 1)
             await consumer.drain()
-            assert consumer.stats().failed == 1
+            assert sorted(seen) == [b"0", b"1", b"1", b"2"]
+            assert (consumer.stats().failed, consumer.stats().retried) == (2, 1)
         assert not frames(broker, "ACK") and not frames(broker, "NACK")
+        (dead,) = [f for f in frames(broker, "SEND") if f["destination"] == "/queue/a.dlq"]
+        assert dead["sf-attempts"] == "2"
 
 
 async def test_bad_options_are_refused_before_anything_is_sent():
@@ -214,7 +218,7 @@ async def test_bad_options_are_refused_before_anything_is_sent():
         async with make(broker) as client:
             for kwargs in (
                 {"concurrency": 0}, {"concurrency": 2, "ack": "client"}, {"prefetch": 1, "concurrency": 2},
-                {"ack": "sometimes"}, {"on_error": "retry"},
+                {"ack": "sometimes"}, {"on_error": "requeue"},
             ):
                 with pytest.raises(ConfigurationError):
                     await client.consume("/queue/x", handler, **kwargs)
