@@ -48,6 +48,9 @@ def test_every_file_named_in_the_guarantees_exists():
 #       (`message`); `handle`, `process` and `log_failure` stand for the reader's own code.
 #   <!-- not-run: why -->
 #       not run (a real broker, TLS files, Spark...); the reason is required.
+#   <!-- only-on: rabbitmq -->  (a comma-separated list of activemq, artemis, rabbitmq)
+#       a program that also runs here, but on those real brokers only
+#       (tests/integration/test_docs_brokers.py runs the recipes on each real broker).
 
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 _FENCE = re.compile(r"^([ \t]*)```[ \t]*(?:python|py|python3)[ \t]*\n(.*?)^\1```[ \t]*$", re.M | re.S)
@@ -91,6 +94,7 @@ with Client({url!r}) as client:
 """
 
 _FRAGMENTS = {"async-client": (_ASYNC_FRAGMENT, 12), "sync-client": (_SYNC_FRAGMENT, 8)}
+_REAL_BROKERS = {"activemq", "artemis", "rabbitmq"}
 
 
 def _code_blocks() -> list:
@@ -113,7 +117,8 @@ _RUN = [b for b in BLOCKS if b[1] != "not-run"]
 
 def test_every_code_block_marker_is_known_and_says_why():
     bad = [(where, kind, arg) for where, kind, arg, _ in BLOCKS
-           if not (kind == "program" or (kind == "run-with" and arg in _FRAGMENTS) or (kind == "not-run" and arg))]
+           if not (kind == "program" or (kind == "run-with" and arg in _FRAGMENTS) or (kind == "not-run" and arg)
+                   or (kind == "only-on" and arg and set(arg.replace(" ", "").split(",")) <= _REAL_BROKERS))]
     assert not bad, bad
     assert len(_RUN) >= 10, f"only {len(_RUN)} blocks run"
 

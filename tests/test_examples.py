@@ -18,7 +18,7 @@ CASES = {  # example (and its arguments) -> a line it must print
     ("async_worker_pool.py",): "500 jobs handled by 8 workers",
     ("transactional_transfer.py",): "moved 50 messages, each in its own transaction",
     ("request_reply.py",): "stomp -> STOMP",
-    ("worker_service.py",): "200 jobs done by 8 handlers: 200 acked, 2 nacked and redone; drained cleanly: True",
+    ("worker_service.py",): "200 jobs done by 8 handlers: 200 acked, 2 retried, 0 dead-lettered; drained cleanly: True",
     ("load_test.py", "5000"): "ok=True sent=5000 received=5000 missing=0",
     ("prometheus_metrics.py",): 'stompfast_messages_received_total{client="example"} 25.0',
 }

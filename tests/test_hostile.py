@@ -16,10 +16,9 @@ from typing import Any, List, Optional
 
 import anyio
 import pytest
-
-import stompfast._inbox
 from hostile import Conn, HostileServer, endless_frame
 
+import stompfast._inbox
 from stompfast import (
     AsyncClient,
     AuthenticationError,
