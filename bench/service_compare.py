@@ -17,7 +17,13 @@ Three measurements, each printed as a ratio against its peer measured in the sam
 2. **handler scaling**: handlers that ``await anyio.sleep(0.001)``; the rate with
    ``concurrency=16`` against 16x the rate with one handler. Target: >= 0.8 (until the broker
    is the limit).
-3. **request round trip** against ``send(receipt=True)``: sequential, one at a time, the
+3. **a job that fails once** (``consume`` with its default retry, the delay made 1 us so
+   that only CPU is compared): what the failure adds to consume's CPU per message, against
+   what one more confirmed publish adds to the loop (a SEND with a receipt to another queue
+   before each ACK: the price of re-publishing a failed job safely). Target: <= 1.0, the
+   failure path costs no more than one extra publish and ack. Also shown: against a plain
+   publish, unconfirmed, which the client only queues.
+4. **request round trip** against ``send(receipt=True)``: sequential, one at a time, the
    responder a second client in the same process (``consume`` + ``reply``). A request
    crosses the broker twice (request, reply) and a receipted send once, so the ratio says
    what the second crossing and the responder cost on that broker. The floor is shown too:
@@ -27,6 +33,10 @@ Three measurements, each printed as a ratio against its peer measured in the sam
 Brokers: the URLs of ``scripts/brokers.sh env`` (``STOMPFAST_RABBITMQ_URL`` ...) or the
 defaults on 127.0.0.1; ``null`` is bench/nullbroker.py (consume vs loop only: it answers
 nothing but receipts). Asyncio only (the default loop of the README's examples).
+
+``--before DIR`` also runs the consume drains with the stompfast of another checkout
+(``git worktree add /tmp/before <commit>``; build it in place) and prints this checkout's
+CPU per message against it: a change's cost, before and after in one run.
 """
 
 from __future__ import annotations
@@ -83,6 +93,19 @@ async def drain(spec: Dict[str, Any]) -> Dict[str, Any]:
                     if count == n:
                         break
                 await client.flush()
+        elif spec["contender"] in ("loop+publish", "loop+confirmed publish"):
+            # the README loop that publishes each message on before acking it: what
+            # re-publishing a failed job would cost (safely: confirmed before the ACK)
+            onward = f"{queue}-onward"
+            confirmed = spec["contender"] == "loop+confirmed publish"
+            async with client.subscribe(queue, ack="client-individual", buffer_size=PREFETCH) as sub:
+                async for message in sub:
+                    await client.send(onward, message.body, receipt=confirmed)
+                    await message.ack()
+                    count += 1
+                    if count == n:
+                        break
+                await client.flush()
         elif spec["contender"] == "loop+handler":
             # the README loop calling a handler function: the floor of any handler-based API
 
@@ -98,14 +121,25 @@ async def drain(spec: Dict[str, Any]) -> Dict[str, Any]:
                         break
                 await client.flush()
         else:
+            retry = spec["contender"] == "consume, each job failing once"
+            failed = set()
 
             async def handler(message: Any) -> None:
                 nonlocal count
+                if retry and message.message_id not in failed:
+                    failed.add(message.message_id)
+                    raise RuntimeError("fails once")
                 count += 1
                 if count == n:
                     done.set()
 
-            consumer = await client.consume(queue, handler, concurrency=1, prefetch=PREFETCH)
+            options: Dict[str, Any] = {}
+            if retry:
+                # (a checkout from before RetryPolicy never measures this contender)
+                from stompfast import RetryPolicy
+
+                options["on_error"] = RetryPolicy(initial_delay=1e-6, jitter=0)
+            consumer = await client.consume(queue, handler, concurrency=1, prefetch=PREFETCH, **options)
             await done.wait()
             # the last ACK is queued when the handler returns: let it out, then confirm everything
             await anyio.sleep(0)
@@ -268,9 +302,14 @@ def worker_main(spec_json: str) -> None:
 # -- the driver ------------------------------------------------------------------------------------
 
 
-def measure(spec: Dict[str, Any]) -> Dict[str, Any]:
+def measure(spec: Dict[str, Any], path: Optional[str] = None) -> Dict[str, Any]:
+    """Run ``spec`` in a fresh process; with ``path``, on the stompfast found there (``--before``)."""
+    env = dict(os.environ)
+    if path is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [path, env.get("PYTHONPATH")]))
     done = subprocess.run(
-        [sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True, text=True, timeout=600
+        [sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True, text=True, timeout=600,
+        env=env,
     )
     if done.returncode != 0:
         raise RuntimeError(f"{spec['kind']} {spec.get('contender')}: {done.stderr[-2000:]}")
@@ -342,8 +381,14 @@ def run_broker(broker: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
     url = null.url if null is not None else url_of(broker)
     try:
         drains: Dict[str, List[Dict[str, Any]]] = {
-            "loop": [], "loop+handler": [], "consume": [], "sync loop": [], "sync consume": []
+            "loop": [], "loop+handler": [], "consume": [], "sync loop": [], "sync consume": [],
+            "loop+publish": [], "consume, each job failing once": [],
         }
+        if null is None:
+            # (the null sink floods the buffer regardless of prefetch: no receipt gets through it)
+            drains["loop+confirmed publish"] = []
+        if args.before:
+            drains.update({"consume (before)": [], "sync consume (before)": []})
         for _ in range(args.rounds):
             for contender in drains:
                 queue = f"/queue/sf-bench-svc-{uuid.uuid4().hex[:10]}"
@@ -352,8 +397,10 @@ def run_broker(broker: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
                 else:
                     fill(url, queue, args.n)
                 kind = "sync-drain" if contender.startswith("sync") else "drain"
-                drains[contender].append(measure({"kind": kind, "url": url, "queue": queue, "n": args.n,
-                                                  "contender": contender}))
+                before = contender.endswith(" (before)")
+                spec = {"kind": kind, "url": url, "queue": queue, "n": args.n,
+                        "contender": contender.replace(" (before)", "")}
+                drains[contender].append(measure(spec, args.before if before else None))
         loop_cpu = statistics.median(r["cpu_us"] for r in drains["loop"])
         consume_cpu = statistics.median(r["cpu_us"] for r in drains["consume"])
         floor_cpu = statistics.median(r["cpu_us"] for r in drains["loop+handler"])
@@ -368,6 +415,22 @@ def run_broker(broker: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
         rows.append({"broker": broker, "what": "Client.consume(concurrency=1) vs for m in sub: m.ack()",
                      "ours": sync_consume_cpu, "peer": sync_loop_cpu, "ratio": sync_consume_cpu / sync_loop_cpu,
                      "target": "<= 1.10", "ok": sync_consume_cpu / sync_loop_cpu <= 1.10, "unit": "us/msg"})
+        retry_cpu = statistics.median(r["cpu_us"] for r in drains["consume, each job failing once"])
+        for contender, target in (("loop+confirmed publish", "<= 1.00"), ("loop+publish", "info")):
+            if contender not in drains:
+                continue
+            publish_cpu = statistics.median(r["cpu_us"] for r in drains[contender])
+            added = (retry_cpu - consume_cpu) / (publish_cpu - loop_cpu)
+            rows.append({"broker": broker, "what": f"{'' if target != 'info' else '  '}a job failing once: added CPU"
+                         f" vs one more {contender.split('+')[1]}", "ours": retry_cpu - consume_cpu,
+                         "peer": publish_cpu - loop_cpu, "ratio": added, "target": target,
+                         "ok": target == "info" or added <= 1.0, "unit": "us/msg"})
+        for contender, now in (("consume (before)", consume_cpu), ("sync consume (before)", sync_consume_cpu)):
+            if contender in drains:
+                then = statistics.median(r["cpu_us"] for r in drains[contender])
+                rows.append({"broker": broker, "what": f"  {contender.replace(' (before)', '')}: this checkout vs"
+                             " --before", "ours": now, "peer": then, "ratio": now / then, "target": "info",
+                             "ok": True, "unit": "us/msg"})
         if null is not None:
             return rows
         rates: Dict[int, List[float]] = {1: [], 16: []}
@@ -418,6 +481,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3; medians)")
     parser.add_argument("--quick", action="store_true", help="CI smoke: 2,000 messages, 100 round trips, 1 round")
     parser.add_argument("--json", help="also write the rows as JSON")
+    parser.add_argument("--before", help="a checkout of an earlier stompfast: its consume drains too, for a ratio")
     args = parser.parse_args(argv)
     if args.worker:
         worker_main(args.worker)

@@ -20,6 +20,7 @@ __all__ = [
     "DURABLE_NEEDS_CLIENT_ID",
     "ERRORS_THAT_KEEP_THE_SESSION",
     "PREFETCH_HEADERS",
+    "NACK_LOSES",
     "broker_of",
     "check_durable",
     "durable_headers",
@@ -62,6 +63,14 @@ BROKERS: Tuple[Tuple[str, str], ...] = (
     ("ActiveMQ-Artemis/", "artemis"),
     ("ActiveMQ/", "activemq"),
 )
+
+#: What a broker does with a NACKed message when that loses it (measured by
+#: scripts/nack_facts.py; docs/brokers.md, "NACK and redelivery"): said once when a
+#: consumer is told to NACK its failed messages there.
+NACK_LOSES: Dict[str, str] = {
+    "activemq": "ActiveMQ Classic discards a NACKed non-persistent message (a persistent one goes to ActiveMQ.DLQ)",
+    "artemis": "Artemis discards a NACKed message",
+}
 
 #: The headers that ask a broker for a prefetch (any of them given by the caller: none added).
 PREFETCH_HEADERS = ("prefetch-count", "activemq.prefetchSize", "consumer-window-size")

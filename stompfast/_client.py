@@ -80,10 +80,10 @@ import anyio.abc
 import anyio.lowlevel
 import sniffio
 
-from ._brokers import reply_destination
+from ._brokers import broker_of, reply_destination
 from ._common import RETRYABLE, body_bytes, conn_log, copy_error, log, where
 from ._config import Endpoint, check_positive
-from ._consumer import DEFAULT_RETRY, AsyncConsumer, OnError, check_consume_options
+from ._consumer import DEFAULT_RETRY, AsyncConsumer, OnError, check_consume_options, warn_if_nack_loses
 from ._framelog import frame_log
 from ._health import DrainReport, Health
 from ._lifecycle import CLOSED, CLOSING, CONNECTING, FAILED, NEW, OPEN, RECONNECTING, ClientState, advance, describe
@@ -1202,6 +1202,7 @@ class AsyncClient:
             raise ConfigurationError(f"handler must be an async function (async def), not {handler!r}")
         sub = self.subscribe(destination, ack=ack, headers=headers, buffer_size=prefetch, id=id, durable=durable)
         await sub.__aenter__()
+        warn_if_nack_loses(on_error, broker_of(self.server), destination)
         # The handlers' start times need only be comparable with each other: time.monotonic
         # is a C call, where the loop's clock is a Python method around it (once per message).
         consumer = AsyncConsumer(

@@ -28,17 +28,20 @@ import inspect
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Awaitable, Callable, List, Mapping, Optional, Set, Tuple, Union
 
 import anyio
 import anyio.abc
 
+from ._brokers import NACK_LOSES
 from ._events import Message
 from ._retry import FailureLog, RetryPolicy, dead_letter_headers
 from ._subscription import AsyncSubscription
 from .errors import ClientClosedError, ConfigurationError, LocalProtocolError, StaleMessageError, StompError
 
-__all__ = ["AsyncConsumer", "ConsumerStats", "Failure", "Nack", "check_consume_options", "failure_step"]
+__all__ = [
+    "AsyncConsumer", "ConsumerStats", "Failure", "Nack", "check_consume_options", "failure_step", "warn_if_nack_loses",
+]
 
 log = logging.getLogger("stompfast")
 
@@ -104,6 +107,15 @@ def check_consume_options(concurrency: Any, prefetch: Any, ack: str, on_error: A
             f" or a callable, not {on_error!r}"
         )
     return prefetch
+
+
+def warn_if_nack_loses(on_error: Any, broker: Optional[str], destination: str) -> None:
+    """Say once, at the start, that the broker's NACK ``on_error`` asks for loses the message there."""
+    if (on_error == "nack" or isinstance(on_error, Nack)) and broker in NACK_LOSES:
+        log.warning(
+            "stompfast: consume(%r, on_error=%r): %s; the default, RetryPolicy(), retries and then dead-letters"
+            " instead (docs/brokers.md, NACK and redelivery)", destination, on_error, NACK_LOSES[broker],
+        )
 
 
 class Failure:
@@ -183,7 +195,7 @@ class AsyncConsumer:
 
     __slots__ = (
         "destination", "subscription", "handler", "concurrency", "on_error", "publish", "settles", "clock",
-        "stopping", "stop_requested", "started", "workers_left", "done", "error", "failures", "handled", "acked",
+        "stopping", "pauses", "started", "workers_left", "done", "error", "failures", "handled", "acked",
         "nacked", "failed", "stale", "retried", "dead_lettered",
     )
 
@@ -210,8 +222,9 @@ class AsyncConsumer:
         self.clock = clock
         # No worker takes another message once this is set (drain, stop, a failure).
         self.stopping = False
-        # Set with ``stopping``: ends a retry's wait at once.
-        self.stop_requested = anyio.Event()
+        # The cancel scopes of the retry delays being waited out: a stop cancels them
+        # (a scope and a sleep cost a third of a deadline scope around an event's wait).
+        self.pauses: Set[anyio.CancelScope] = set()
         # When each worker's running handler started (by ``clock``), 0.0 while it waits.
         self.started: List[float] = [0.0] * concurrency
         self.workers_left = concurrency
@@ -274,8 +287,7 @@ class AsyncConsumer:
             await self.subscription.wait_buffered()
         except ClientClosedError:
             # The subscription was closed (drain, or the client closing): no error of ours.
-            self.stopping = True
-            self.stop_requested.set()
+            self.stop_taking()
             return False
         except StompError as exc:
             # The connection failed for good: every worker stops with it.
@@ -326,8 +338,12 @@ class AsyncConsumer:
 
     async def _pause(self, delay: float) -> bool:
         """Wait ``delay`` seconds before a retry; False if the consumer was told to stop meanwhile."""
-        with anyio.move_on_after(delay):
-            await self.stop_requested.wait()
+        with anyio.CancelScope() as scope:
+            self.pauses.add(scope)
+            try:
+                await anyio.sleep(delay)
+            finally:
+                self.pauses.discard(scope)
         return not self.stopping
 
     async def _dead_letter(self, failure: Failure, destination: str) -> None:
@@ -379,7 +395,8 @@ class AsyncConsumer:
         if error is not None and self.error is None:
             self.error = error
         self.stopping = True
-        self.stop_requested.set()
+        for scope in list(self.pauses):
+            scope.cancel()
         # The waiting workers see ``stopping`` as they wake.
         self.subscription.wake()
 

@@ -93,10 +93,11 @@ from typing import (
 import anyio
 from anyio.from_thread import BlockingPortal
 
+from ._brokers import broker_of
 from ._client import AsyncClient
 from ._common import copy_error
 from ._config import Endpoint, check_positive
-from ._consumer import DEFAULT_RETRY, OnError, check_consume_options
+from ._consumer import DEFAULT_RETRY, OnError, check_consume_options, warn_if_nack_loses
 from ._health import DrainReport, Health
 from ._options import ClientOptions, resolve as resolve_options, signature as options_signature
 from ._protocol import Message
@@ -646,6 +647,7 @@ class Client:
         sub = self.subscribe(
             destination, ack=ack, headers=headers, buffer_size=prefetch, id=id, durable=durable, timeout=timeout
         )
+        warn_if_nack_loses(on_error, broker_of(self.server), destination)
         def publish(dead_letter: str, body: bytes, dead_headers: Mapping[str, str]) -> None:
             self.send(dead_letter, body, headers=dead_headers, receipt=True, timeout=timeout)
 

@@ -166,3 +166,22 @@ def test_the_blocking_consumer_retries_and_dead_letters_the_same_way(broker_url,
     assert anyio.run(taken_from, broker_url, queue) == []
     (dead,) = anyio.run(taken_from, broker_url, f"{queue}.dlq")
     assert dead.body == b"poison" and dead.headers["sf-attempts"] == "3"
+
+
+@pytest.mark.anyio
+async def test_asking_for_the_brokers_nack_where_it_loses_the_message_is_said_at_the_start(
+    broker, broker_url, queue, caplog
+):
+    async def handler(message):
+        pass  # pragma: no cover
+
+    async with AsyncClient(broker_url, heart_beat=(0, 0)) as client:
+        consumer = await client.consume(queue, handler, on_error="nack")
+        await consumer.drain()
+    said = [r.getMessage() for r in caplog.records if "on_error='nack'" in r.getMessage()]
+    if broker == "rabbitmq":
+        # RabbitMQ requeues a NACKed message: nothing is lost, nothing to say
+        assert said == []
+    else:
+        (text,) = said
+        assert "discards a NACKed" in text and "RetryPolicy()" in text
