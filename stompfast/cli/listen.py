@@ -33,6 +33,7 @@ from .common import (
     stats_block,
     trace_setup,
 )
+from .pipe import output_pipe
 
 LISTEN_EPILOG = f"""\
 Output (stdout unless --output):
@@ -133,15 +134,30 @@ def message_record(message: Any, as_json: bool, with_headers: bool) -> bytes:
 
 
 class _StreamSink:
-    """Records separated by newlines on a binary stream (stdout, or a file opened for append)."""
+    """Records separated by newlines on a binary stream (stdout, or a file opened for append).
+
+    When the stream is a pipe (Linux), a record counts as taken once the reader has read it
+    out of the pipe, and the reader's leaving is noticed while the command waits.
+    """
 
     def __init__(self, stream: Any, close: bool) -> None:
         self.stream = stream
         self._close = close
+        self._pipe = output_pipe(stream.fileno())
 
     def write(self, record: bytes, message: Any, n: int) -> None:
         self.stream.write(record + b"\n")
         self.stream.flush()
+
+    async def taken(self) -> None:
+        """Return once what was written is the reader's: read out of the pipe, or written to a file or terminal."""
+        if self._pipe is not None:
+            await self._pipe.taken()
+
+    async def watch(self) -> None:
+        """Raise BrokenPipeError when a pipe's reader leaves; return at once for anything else."""
+        if self._pipe is not None:
+            await self._pipe.watch()
 
     def close(self) -> None:
         if self._close:
@@ -169,6 +185,12 @@ class _DirectorySink:
             except FileExistsError:
                 continue
         raise Failure(f"cannot find a free file name for {base}{self.suffix}")
+
+    async def taken(self) -> None:
+        """A file written is taken: nothing to wait for."""
+
+    async def watch(self) -> None:
+        """No reader to watch."""
 
     def close(self) -> None:
         pass
@@ -261,9 +283,6 @@ async def _receive(
 ) -> None:
     import anyio
 
-    from ..errors import StaleMessageError
-
-    ack = args.ack != "auto"
     async with client, client.subscribe(
         args.destination, ack=args.ack, buffer_size=buffer_size, headers=dict(args.sub_headers) or None
     ) as sub:
@@ -290,32 +309,11 @@ async def _receive(
 
         with status.live(progress, to_stdout=args.output is None):
             try:
-                with anyio.move_on_after(args.duration) as total:
-                    while args.count is None or tally.messages < args.count:
-                        if args.timeout:
-                            with anyio.move_on_after(args.timeout) as idle:
-                                message = await sub.receive()
-                            if idle.cancelled_caught:
-                                tally.reason = f"nothing for {args.timeout:g} s"
-                                break
-                        else:
-                            message = await sub.receive()
-                        # A message in hand is finished, written and acked, even when a signal
-                        # stops the command meanwhile: what was printed is never redelivered.
-                        with anyio.CancelScope(shield=True), anyio.move_on_after(client.disconnect_timeout):
-                            tally.messages += 1
-                            tally.bytes += len(message.body)
-                            sink.write(message_record(message, args.json, args.headers), message, tally.messages)
-                            if ack:
-                                try:
-                                    await message.ack()
-                                except StaleMessageError:
-                                    # Delivered before a reconnect: the broker sends it again
-                                    pass
-                    else:
-                        tally.reason = f"{plural(args.count, 'message')} received"
-                if total.cancelled_caught:
-                    tally.reason = f"{args.duration:g} s elapsed"
+                async with anyio.create_task_group() as tg:
+                    # A pipe's reader that leaves while the command waits stops it (exit 141)
+                    tg.start_soon(sink.watch)
+                    await _take_messages(client, sub, args, sink, tally)
+                    tg.cancel_scope.cancel()
             except anyio.get_cancelled_exc_class():
                 # SIGTERM or Ctrl-C: leave gracefully (pending receipts awaited, DISCONNECT), bounded.
                 with anyio.CancelScope(shield=True):
@@ -323,3 +321,58 @@ async def _receive(
                 raise
 
 
+async def _take_messages(client: Any, sub: Any, args: argparse.Namespace, sink: Any, tally: _Tally) -> None:
+    """Hand messages over until --count, --timeout or --duration stops the command; say which in ``tally``."""
+    import anyio
+
+    with anyio.move_on_after(args.duration) as total:
+        while args.count is None or tally.messages < args.count:
+            if args.timeout:
+                with anyio.move_on_after(args.timeout) as idle:
+                    message = await sub.receive()
+                if idle.cancelled_caught:
+                    tally.reason = f"nothing for {args.timeout:g} s"
+                    return
+            else:
+                message = await sub.receive()
+            await _hand_over(client, message, args, sink, tally)
+        tally.reason = f"{plural(args.count, 'message')} received"
+    if total.cancelled_caught:
+        tally.reason = f"{args.duration:g} s elapsed"
+
+
+async def _hand_over(client: Any, message: Any, args: argparse.Namespace, sink: Any, tally: _Tally) -> None:
+    """Write one message, wait until the reader has taken it (a pipe: read it), then ack it.
+
+    A message in hand is finished even when a signal or --duration stops the command
+    meanwhile: it is written, and acked if the reader takes it within ``disconnect_timeout``,
+    so what the reader took is not redelivered and what it did not take is. A reader that
+    leaves first raises BrokenPipeError and the message stays unacked.
+    """
+    import anyio
+
+    tally.messages += 1
+    tally.bytes += len(message.body)
+    sink.write(message_record(message, args.json, args.headers), message, tally.messages)
+    if args.ack == "auto":
+        # The broker counted it as consumed when it sent it: nothing to wait for
+        return
+    try:
+        await sink.taken()
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True), anyio.move_on_after(client.disconnect_timeout):
+            await sink.taken()
+            await _ack(message)
+        raise
+    with anyio.CancelScope(shield=True), anyio.move_on_after(client.disconnect_timeout):
+        await _ack(message)
+
+
+async def _ack(message: Any) -> None:
+    from ..errors import StaleMessageError
+
+    try:
+        await message.ack()
+    except StaleMessageError:
+        # Delivered before a reconnect: the broker sends it again
+        pass
