@@ -45,11 +45,22 @@ def _listen(url: str, queue: str, *extra: str) -> subprocess.Popen:
     )
 
 
-def listen_into_head(url: str, queue: str, *extra: str) -> tuple[int, bytes, bytes]:
-    """``stompfast listen URL QUEUE -q EXTRA | head -1``: listen's exit code, what head printed, listen's stderr."""
+HEAD = ("head", "-1")
+# Readers that take one line and exit, each its own way of reading a pipe
+ONE_LINE_READERS = {
+    "head": HEAD,
+    "grep": ("grep", "-m1", "m"),
+    "sh-read": ("sh", "-c", 'read -r line; echo "$line"'),
+    "python": (sys.executable, "-c", "import sys; sys.stdout.write(sys.stdin.readline())"),
+}
+
+
+def listen_into_head(url: str, queue: str, *extra: str, reader: tuple[str, ...] = HEAD) -> tuple[int, bytes, bytes]:
+    """``stompfast listen URL QUEUE -q EXTRA | head -1`` (or ``| reader``): listen's exit code,
+    what the reader printed, listen's stderr."""
     listen = _listen(url, queue, *extra)
     assert listen.stdout is not None and listen.stderr is not None
-    head = subprocess.Popen(["head", "-1"], stdin=listen.stdout, stdout=subprocess.PIPE)
+    head = subprocess.Popen(reader, stdin=listen.stdout, stdout=subprocess.PIPE)
     # head holds the only read end, as in a shell pipeline
     listen.stdout.close()
     try:
@@ -120,6 +131,40 @@ def test_listen_into_head_acks_only_the_line_head_read(stomp_broker_thread, extr
         stdin=subprocess.DEVNULL, capture_output=True, env=_env(), timeout=PROMPTLY, check=True,
     )
     assert sorted(rest.stdout.splitlines()) == [b"m2", b"m3"]
+
+
+@pytest.mark.parametrize("reader", sorted(ONE_LINE_READERS))
+def test_a_reader_that_takes_one_line_consumes_exactly_one_message(stomp_broker_thread, reader: str) -> None:
+    broker, queue = stomp_broker_thread, unique_queue()
+    for body in (b"m1", b"m2", b"m3"):
+        broker.publish(queue, body)
+    code, shown, err = listen_into_head(broker.url, queue, reader=ONE_LINE_READERS[reader])
+    assert (code, shown, err) == (cli.EXIT_BROKEN_PIPE, b"m1\n", b"")
+    broker.wait_for_blocking(lambda: broker.connections == 0)
+    assert broker.stats.frames_in.get("ACK") == 1
+    assert (broker.queue_depth(queue), broker.unacked(queue)) == (2, 0)
+
+
+def test_listen_into_a_named_pipe_acks_only_what_its_reader_read(stomp_broker_thread, tmp_path) -> None:
+    # --output FIFO is a pipe too: the same watch as stdout's
+    broker, queue, fifo = stomp_broker_thread, unique_queue(), tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for body in (b"m1", b"m2", b"m3"):
+        broker.publish(queue, body)
+    listen = _listen(broker.url, queue, "--output", str(fifo))
+    assert listen.stderr is not None
+    try:
+        with open(fifo, "rb") as reader:
+            head = subprocess.run(HEAD, stdin=reader, capture_output=True, timeout=PROMPTLY, check=True)
+        assert listen.wait(timeout=PROMPTLY) == cli.EXIT_BROKEN_PIPE
+        assert listen.stderr.read() == b""
+    finally:
+        listen.kill()
+        listen.stderr.close()
+    assert head.stdout == b"m1\n"
+    broker.wait_for_blocking(lambda: broker.connections == 0)
+    assert broker.stats.frames_in.get("ACK") == 1
+    assert broker.queue_depth(queue) == 2
 
 
 def _wait_until_readable(proc: subprocess.Popen) -> None:
