@@ -46,16 +46,21 @@ Output (stdout unless --output):
             JSON object with --json, name ending .json); nothing is overwritten
   --output FILE  append to FILE what stdout would have shown
 
-Acknowledgement: the default --ack client acknowledges each message after it has been
-written (and flushed), and asks the broker for no more unacknowledged messages than
-it needs (at most --count), so a message is never lost when the command stops early:
-whatever was received but not written is redelivered. --ack auto is cheaper but the
-broker counts a message as consumed as soon as it sends it, including ones the
-command drops when it stops at --count, --timeout or Ctrl-C.
+Acknowledgement: the default --ack client acknowledges a message once its reader has
+it: written and flushed to a file or terminal; into a pipe (Linux), read out of the
+pipe by the reader, and the next message is written only then. It asks the broker for
+no more unacknowledged messages than it needs (at most --count), so whatever was
+received and not taken when the command stops is redelivered: `listen Q | head -1`
+consumes exactly the message head reads. Other systems ack a pipe's line once written,
+so lines still in the pipe when its reader exits are lost: add --count N there.
+--ack auto is cheaper but the broker counts a message as consumed as soon as it sends
+it, including ones the command drops when it stops at --count, --timeout or Ctrl-C.
 
 Stopping: after --count messages; after --timeout SECONDS without a message (counted
 from the subscription and from each message); after --duration SECONDS in total; or
 Ctrl-C. The first three exit 0, Ctrl-C exits 130. A summary goes to stderr unless -q.
+A pipe's reader that leaves stops the command at once (Linux), also while it waits for
+a message: exit 141, nothing on stderr.
 
 --stats: the client's metrics (frames and bytes in and out, acks, receipts and their
 round trip, connection losses and reconnects) on the live line, and a block on stderr
@@ -93,7 +98,7 @@ def add_listen_command(subparsers: Any) -> None:
     stop = p.add_argument_group("acknowledgement and stopping")
     stop.add_argument(
         "--ack", choices=("auto", "client", "client-individual"), default="client",
-        help="ack mode (default client: each message is acked once written)",
+        help="ack mode (default client: each message is acked once its reader has it; see below)",
     )
     stop.add_argument("-n", "--count", metavar="N", type=positive_int, help="stop after N messages")
     stop.add_argument(
