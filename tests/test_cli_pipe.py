@@ -12,6 +12,7 @@ holding bytes) under a generous bound that only the old behaviour (a hang) reach
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import select
@@ -83,8 +84,8 @@ def test_the_kernel_facts_the_pipe_watch_relies_on() -> None:
 
     read_end, write_end = os.pipe()
     try:
-        pipe = output_pipe(write_end)
-        assert isinstance(pipe, OutputPipe) and output_pipe(read_end) is not None
+        pipe = output_pipe(open(write_end, "wb", closefd=False))
+        assert isinstance(pipe, OutputPipe) and output_pipe(open(read_end, "rb", closefd=False)) is not None
         os.write(write_end, b"line one\nline two\n")
         # FIONREAD on the write end counts what the reader has not read yet
         assert pipe.unread_bytes() == 18
@@ -95,8 +96,10 @@ def test_the_kernel_facts_the_pipe_watch_relies_on() -> None:
         assert pipe.reader_left() and pipe.unread_bytes() == 9
     finally:
         os.close(write_end)
+    # not a pipe, or no descriptor at all: acked once written
     with open(os.devnull, "wb") as devnull:
-        assert output_pipe(devnull.fileno()) is None  # not a pipe: acked once written
+        assert output_pipe(devnull) is None
+    assert output_pipe(io.BytesIO()) is None
 
 
 def test_listen_into_head_with_one_message_exits_141_at_once(stomp_broker_thread) -> None:

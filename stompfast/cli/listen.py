@@ -148,7 +148,7 @@ class _StreamSink:
     def __init__(self, stream: Any, close: bool) -> None:
         self.stream = stream
         self._close = close
-        self._pipe = output_pipe(stream.fileno())
+        self._pipe = output_pipe(stream)
 
     def write(self, record: bytes, message: Any, n: int) -> None:
         self.stream.write(record + b"\n")

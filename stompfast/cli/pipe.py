@@ -23,7 +23,7 @@ import os
 import select
 import stat
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 # How often a waiting command looks whether its reader left (a zero-timeout poll(): cheap)
 READER_CHECK_INTERVAL = 0.1
@@ -86,13 +86,14 @@ def _reader_left_error() -> BrokenPipeError:
     return BrokenPipeError(errno.EPIPE, "the output's reader left")
 
 
-def output_pipe(fd: int) -> OutputPipe | None:
-    """An :class:`OutputPipe` for ``fd`` when it is a pipe (or FIFO) on Linux, else None."""
+def output_pipe(stream: Any) -> OutputPipe | None:
+    """An :class:`OutputPipe` for ``stream`` when it is a pipe (or FIFO) on Linux, else None."""
     if not sys.platform.startswith("linux"):
         return None
     try:
+        fd = stream.fileno()
         is_pipe = stat.S_ISFIFO(os.fstat(fd).st_mode)
-    # A closed or invalid descriptor: not a pipe to watch (the write reports the problem)
-    except OSError:
+    # No descriptor (an in-memory stream, pytest's capture) or a closed one: no pipe to watch
+    except (AttributeError, OSError, ValueError):
         return None
     return OutputPipe(fd) if is_pipe else None
