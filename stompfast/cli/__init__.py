@@ -23,7 +23,8 @@ line on stderr and an exit code: 2 for usage and configuration errors, 1 for
 failures at run time (refused connection, authentication, timeouts, ERROR
 frames, files), 130 for Ctrl-C, 143 for SIGTERM, and 141 (quietly, as SIGPIPE would) when
 stdout's reader went away (``listen ... | head -1``), even when the BrokenPipeError
-arrives inside an exception group. Passcodes are masked in everything printed.
+arrives inside an exception group (``listen`` raises one itself when it sees its pipe's
+reader leave while it waits: ``stompfast.cli.pipe``). Passcodes are masked in everything printed.
 
 ``rich`` (the ``cli`` extra) is optional: when it is installed and stderr is a
 terminal, status lines are styled and ``listen`` shows a live counter while its

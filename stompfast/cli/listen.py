@@ -33,6 +33,7 @@ from .common import (
     stats_block,
     trace_setup,
 )
+from .pipe import output_pipe
 
 LISTEN_EPILOG = f"""\
 Output (stdout unless --output):
@@ -45,16 +46,21 @@ Output (stdout unless --output):
             JSON object with --json, name ending .json); nothing is overwritten
   --output FILE  append to FILE what stdout would have shown
 
-Acknowledgement: the default --ack client acknowledges each message after it has been
-written (and flushed), and asks the broker for no more unacknowledged messages than
-it needs (at most --count), so a message is never lost when the command stops early:
-whatever was received but not written is redelivered. --ack auto is cheaper but the
-broker counts a message as consumed as soon as it sends it, including ones the
-command drops when it stops at --count, --timeout or Ctrl-C.
+Acknowledgement: the default --ack client acknowledges a message once its reader has
+it: written and flushed to a file or terminal; into a pipe (Linux), read out of the
+pipe by the reader, and the next message is written only then. It asks the broker for
+no more unacknowledged messages than it needs (at most --count), so whatever was
+received and not taken when the command stops is redelivered: `listen Q | head -1`
+consumes exactly the message head reads. Other systems ack a pipe's line once written,
+so lines still in the pipe when its reader exits are lost: add --count N there.
+--ack auto is cheaper but the broker counts a message as consumed as soon as it sends
+it, including ones the command drops when it stops at --count, --timeout or Ctrl-C.
 
 Stopping: after --count messages; after --timeout SECONDS without a message (counted
 from the subscription and from each message); after --duration SECONDS in total; or
 Ctrl-C. The first three exit 0, Ctrl-C exits 130. A summary goes to stderr unless -q.
+A pipe's reader that leaves stops the command at once (Linux), also while it waits for
+a message: exit 141, nothing on stderr.
 
 --stats: the client's metrics (frames and bytes in and out, acks, receipts and their
 round trip, connection losses and reconnects) on the live line, and a block on stderr
@@ -92,7 +98,7 @@ def add_listen_command(subparsers: Any) -> None:
     stop = p.add_argument_group("acknowledgement and stopping")
     stop.add_argument(
         "--ack", choices=("auto", "client", "client-individual"), default="client",
-        help="ack mode (default client: each message is acked once written)",
+        help="ack mode (default client: each message is acked once its reader has it; see below)",
     )
     stop.add_argument("-n", "--count", metavar="N", type=positive_int, help="stop after N messages")
     stop.add_argument(
@@ -133,15 +139,30 @@ def message_record(message: Any, as_json: bool, with_headers: bool) -> bytes:
 
 
 class _StreamSink:
-    """Records separated by newlines on a binary stream (stdout, or a file opened for append)."""
+    """Records separated by newlines on a binary stream (stdout, or a file opened for append).
+
+    When the stream is a pipe (Linux), a record counts as taken once the reader has read it
+    out of the pipe, and the reader's leaving is noticed while the command waits.
+    """
 
     def __init__(self, stream: Any, close: bool) -> None:
         self.stream = stream
         self._close = close
+        self._pipe = output_pipe(stream)
 
     def write(self, record: bytes, message: Any, n: int) -> None:
         self.stream.write(record + b"\n")
         self.stream.flush()
+
+    async def taken(self) -> None:
+        """Return once what was written is the reader's: read out of the pipe, or written to a file or terminal."""
+        if self._pipe is not None:
+            await self._pipe.taken()
+
+    async def watch(self) -> None:
+        """Raise BrokenPipeError when a pipe's reader leaves; return at once for anything else."""
+        if self._pipe is not None:
+            await self._pipe.watch()
 
     def close(self) -> None:
         if self._close:
@@ -169,6 +190,12 @@ class _DirectorySink:
             except FileExistsError:
                 continue
         raise Failure(f"cannot find a free file name for {base}{self.suffix}")
+
+    async def taken(self) -> None:
+        """A file written is taken: nothing to wait for."""
+
+    async def watch(self) -> None:
+        """No reader to watch."""
 
     def close(self) -> None:
         pass
@@ -261,9 +288,6 @@ async def _receive(
 ) -> None:
     import anyio
 
-    from ..errors import StaleMessageError
-
-    ack = args.ack != "auto"
     async with client, client.subscribe(
         args.destination, ack=args.ack, buffer_size=buffer_size, headers=dict(args.sub_headers) or None
     ) as sub:
@@ -290,32 +314,11 @@ async def _receive(
 
         with status.live(progress, to_stdout=args.output is None):
             try:
-                with anyio.move_on_after(args.duration) as total:
-                    while args.count is None or tally.messages < args.count:
-                        if args.timeout:
-                            with anyio.move_on_after(args.timeout) as idle:
-                                message = await sub.receive()
-                            if idle.cancelled_caught:
-                                tally.reason = f"nothing for {args.timeout:g} s"
-                                break
-                        else:
-                            message = await sub.receive()
-                        # A message in hand is finished, written and acked, even when a signal
-                        # stops the command meanwhile: what was printed is never redelivered.
-                        with anyio.CancelScope(shield=True), anyio.move_on_after(client.disconnect_timeout):
-                            tally.messages += 1
-                            tally.bytes += len(message.body)
-                            sink.write(message_record(message, args.json, args.headers), message, tally.messages)
-                            if ack:
-                                try:
-                                    await message.ack()
-                                except StaleMessageError:
-                                    # Delivered before a reconnect: the broker sends it again
-                                    pass
-                    else:
-                        tally.reason = f"{plural(args.count, 'message')} received"
-                if total.cancelled_caught:
-                    tally.reason = f"{args.duration:g} s elapsed"
+                async with anyio.create_task_group() as tg:
+                    # A pipe's reader that leaves while the command waits stops it (exit 141)
+                    tg.start_soon(sink.watch)
+                    await _take_messages(client, sub, args, sink, tally)
+                    tg.cancel_scope.cancel()
             except anyio.get_cancelled_exc_class():
                 # SIGTERM or Ctrl-C: leave gracefully (pending receipts awaited, DISCONNECT), bounded.
                 with anyio.CancelScope(shield=True):
@@ -323,3 +326,58 @@ async def _receive(
                 raise
 
 
+async def _take_messages(client: Any, sub: Any, args: argparse.Namespace, sink: Any, tally: _Tally) -> None:
+    """Hand messages over until --count, --timeout or --duration stops the command; say which in ``tally``."""
+    import anyio
+
+    with anyio.move_on_after(args.duration) as total:
+        while args.count is None or tally.messages < args.count:
+            if args.timeout:
+                with anyio.move_on_after(args.timeout) as idle:
+                    message = await sub.receive()
+                if idle.cancelled_caught:
+                    tally.reason = f"nothing for {args.timeout:g} s"
+                    return
+            else:
+                message = await sub.receive()
+            await _hand_over(client, message, args, sink, tally)
+        tally.reason = f"{plural(args.count, 'message')} received"
+    if total.cancelled_caught:
+        tally.reason = f"{args.duration:g} s elapsed"
+
+
+async def _hand_over(client: Any, message: Any, args: argparse.Namespace, sink: Any, tally: _Tally) -> None:
+    """Write one message, wait until the reader has taken it (a pipe: read it), then ack it.
+
+    A message in hand is finished even when a signal or --duration stops the command
+    meanwhile: it is written, and acked if the reader takes it within ``disconnect_timeout``,
+    so what the reader took is not redelivered and what it did not take is. A reader that
+    leaves first raises BrokenPipeError and the message stays unacked.
+    """
+    import anyio
+
+    tally.messages += 1
+    tally.bytes += len(message.body)
+    sink.write(message_record(message, args.json, args.headers), message, tally.messages)
+    if args.ack == "auto":
+        # The broker counted it as consumed when it sent it: nothing to wait for
+        return
+    try:
+        await sink.taken()
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True), anyio.move_on_after(client.disconnect_timeout):
+            await sink.taken()
+            await _ack(message)
+        raise
+    with anyio.CancelScope(shield=True), anyio.move_on_after(client.disconnect_timeout):
+        await _ack(message)
+
+
+async def _ack(message: Any) -> None:
+    from ..errors import StaleMessageError
+
+    try:
+        await message.ack()
+    except StaleMessageError:
+        # Delivered before a reconnect: the broker sends it again
+        pass
