@@ -284,7 +284,8 @@ def test_error_mid_session_carries_receipt_id_and_fails_the_session():
     assert type(event.error) is ServerError
     assert (event.receipt_id, event.error.body, event.error.headers["message"]) == (rid, b"details", "no")
     assert p.state is SessionState.FAILED
-    with pytest.raises(LocalProtocolError):
+    # a frame asked for now is refused with the reason the session ended
+    with pytest.raises(ServerError, match="^no: details$"):
         p.send("/q", b"")
 
 
@@ -833,7 +834,7 @@ def test_which_errors_keep_the_session(server, headers, kept):
         assert p.ending_error is None and not p.reading_errors
     else:
         assert p.state is SessionState.FAILED and len(events) == 1
-        with pytest.raises(LocalProtocolError):
+        with pytest.raises(ServerError):
             p.send("/q", b"x")
 
 
