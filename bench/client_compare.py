@@ -553,7 +553,8 @@ def worker_ours(spec: Dict[str, Any], win: Window) -> Dict[str, Any]:
 
     async def main() -> None:
         with anyio.fail_after(spec["timeout"]):
-            async with AsyncClient(url, heart_beat=(0, 0)) as c:
+            # persistent=False: no persistent header, as the other contenders send (the same broker work)
+            async with AsyncClient(url, heart_beat=(0, 0), persistent=False) as c:
                 out["server"] = c.server
                 send = c.send
                 if scenario == PUBLISH:

@@ -209,7 +209,8 @@ def worker_ours(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
 
     async def main() -> None:
         with anyio.fail_after(spec["timeout"]):
-            async with AsyncClient(url, heart_beat=(0, 0)) as c:
+            # persistent=False: no persistent header, as the other contenders send (the same broker work)
+            async with AsyncClient(url, heart_beat=(0, 0), persistent=False) as c:
                 async with c.subscribe(dest, ack="auto", buffer_size=PREFETCH) as sub:
                     async def consume() -> None:
                         async for msg in sub:
@@ -242,7 +243,8 @@ def worker_sync(spec: Dict[str, Any], win: cc.Window) -> Dict[str, Any]:
     timeout = spec["timeout"]
     bodies = cc.make_bodies(tag, n) if scenario in (PUBLISH, RECEIPTS, LATENCY) else []
     out: Dict[str, Any] = {}
-    c = Client(url, heart_beat=(0, 0))
+    # persistent=False: no persistent header, as the other contenders send (the same broker work)
+    c = Client(url, heart_beat=(0, 0), persistent=False)
     c.connect(timeout=timeout)
     try:
         out["server"] = c.server

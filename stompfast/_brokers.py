@@ -9,6 +9,7 @@ measurements behind each entry. Pure data and functions: no I/O.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .errors import ConfigurationError
@@ -19,12 +20,20 @@ __all__ = [
     "BROKERS",
     "DURABLE_NEEDS_CLIENT_ID",
     "ERRORS_THAT_KEEP_THE_SESSION",
-    "PREFETCH_HEADERS",
+    "MAX_TTL",
     "NACK_LOSES",
+    "OPTION_HEADERS",
+    "PERSISTENT_BY_DEFAULT",
+    "PREFETCH_HEADERS",
+    "SELECTOR_IGNORED",
     "broker_of",
     "check_durable",
+    "check_message_options",
+    "check_selector",
+    "default_persistent",
     "durable_headers",
     "forget_headers",
+    "message_option_headers",
     "prefetch_headers",
     "reply_destination",
     "routing_type",
@@ -191,3 +200,107 @@ def routing_type(destination: str) -> Optional[str]:
     if destination.startswith("/topic/"):
         return "MULTICAST"
     return None
+
+
+# -- message options: time to live, priority, persistence, selectors ------------------------------
+
+#: The most seconds ``ttl=`` may ask: ten years of 365 days. RabbitMQ answers a larger
+#: ``expiration`` (measured on 3.10: above 315,360,000,000 ms) with an ERROR that ends the
+#: session (``invalid expiration ... value_too_large``), so it is refused before sending.
+MAX_TTL = 315_360_000
+
+#: The SEND headers each message option writes (on some broker): a keyword option and one of
+#: its headers in ``headers=`` together are refused, rather than one of them silently winning.
+OPTION_HEADERS: Dict[str, Tuple[str, ...]] = {
+    "ttl": ("expiration", "expires"),
+    "priority": ("priority",),
+    "persistent": ("persistent",),
+}
+
+#: The brokers on which a ``/queue/`` SEND is persistent unless told otherwise (the client
+#: option ``persistent=None``). ActiveMQ Classic and Artemis keep a STOMP message only in
+#: memory unless it says ``persistent:true``, so a broker restart loses a whole job queue;
+#: the cost of storing it is measured in docs/brokers.md (``bench/persistent_cost.py``).
+PERSISTENT_BY_DEFAULT = ("activemq", "artemis")
+
+#: The brokers that accept a SUBSCRIBE ``selector`` header and ignore it (every message is
+#: delivered, matching or not): a selector is refused there before anything is sent.
+SELECTOR_IGNORED = ("rabbitmq",)
+
+
+def check_message_options(ttl: Any, priority: Any, persistent: Any, headers: Optional[Mapping[str, Any]]) -> None:
+    """Refuse a bad ``ttl``, ``priority`` or ``persistent``, or one that ``headers`` also set (ConfigurationError).
+
+    ``ttl``: seconds, a positive finite int or float up to :data:`MAX_TTL`;
+    ``priority``: an int from 0 to 9 (the JMS range); ``persistent``: a bool.
+    """
+    if ttl is not None:
+        if type(ttl) not in (int, float) or not math.isfinite(ttl) or not 0 < ttl <= MAX_TTL:
+            raise ConfigurationError(
+                f"ttl must be a number of seconds above 0 and at most {MAX_TTL} (ten years: RabbitMQ's limit),"
+                f" not {ttl!r}"
+            )
+    if priority is not None and (type(priority) is not int or not 0 <= priority <= 9):
+        raise ConfigurationError(f"priority must be an int from 0 to 9, not {priority!r}")
+    if persistent is not None and type(persistent) is not bool:
+        raise ConfigurationError(f"persistent must be True, False or None, not {persistent!r}")
+    if headers:
+        given = {"ttl": ttl, "priority": priority, "persistent": persistent}
+        for option, names in OPTION_HEADERS.items():
+            if given[option] is None:
+                continue
+            for name in names:
+                if name in headers:
+                    raise ConfigurationError(
+                        f"{option}= and a {name!r} header both given: give one ({option}= writes the header"
+                        " the broker reads)"
+                    )
+
+
+def message_option_headers(
+    broker: Optional[str], ttl: Optional[float], priority: Optional[int], persistent: Optional[bool], now: float
+) -> Dict[str, str]:
+    """The SEND headers that ask ``broker`` for ``ttl``, ``priority`` and ``persistent`` (checked values).
+
+    ``now`` is the time of the send in seconds since the epoch. RabbitMQ reads a
+    time to live as ``expiration`` in milliseconds from its arrival; ActiveMQ Classic
+    and Artemis as ``expires``, the epoch millisecond at which it expires (by the
+    broker's clock), and each ignores the other's header. A broker stompfast does
+    not know (Artemis on STOMP 1.0) gets both. ``priority`` and ``persistent`` are
+    the same header everywhere (docs/brokers.md says who honours them).
+    """
+    h: Dict[str, str] = {}
+    if ttl is not None:
+        # Rounded up: a ttl under a millisecond still expires, rather than meaning "0"
+        ms = math.ceil(ttl * 1000)
+        if broker != "activemq" and broker != "artemis":
+            h["expiration"] = str(ms)
+        if broker != "rabbitmq":
+            h["expires"] = str(int(now * 1000) + ms)
+    if priority is not None:
+        h["priority"] = str(priority)
+    if persistent is not None:
+        h["persistent"] = "true" if persistent else "false"
+    return h
+
+
+def default_persistent(broker: Optional[str], destination: str, persistent: Optional[bool]) -> bool:
+    """Whether a SEND to ``destination`` gets ``persistent:true`` when it does not say (the client option).
+
+    ``persistent``: the client's ``persistent=`` option. True: every SEND; False:
+    none (each broker's own default: not persistent); None: ``/queue/`` SENDs on
+    :data:`PERSISTENT_BY_DEFAULT`.
+    """
+    if persistent is not None:
+        return persistent
+    return broker in PERSISTENT_BY_DEFAULT and destination.startswith("/queue/")
+
+
+def check_selector(broker: Optional[str], server: Optional[str], headers: Optional[Mapping[str, Any]]) -> None:
+    """Refuse a SUBSCRIBE ``selector`` header on a broker that would ignore it (ConfigurationError)."""
+    if headers and "selector" in headers and broker in SELECTOR_IGNORED:
+        raise ConfigurationError(
+            f"{server or broker} ignores STOMP selectors: every message of the destination would be delivered,"
+            " matching or not, so the subscription is refused. Route with an /exchange/ destination and a binding"
+            " pattern, or filter in your handler (docs/brokers.md)"
+        )

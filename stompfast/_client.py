@@ -55,6 +55,7 @@ import inspect
 import itertools
 import logging
 import threading
+import time
 import uuid
 from logging import DEBUG
 from time import monotonic
@@ -80,7 +81,7 @@ import anyio.abc
 import anyio.lowlevel
 import sniffio
 
-from ._brokers import broker_of, reply_destination
+from ._brokers import MAX_TTL, broker_of, check_selector, reply_destination
 from ._common import RETRYABLE, body_bytes, conn_log, copy_error, log, where
 from ._config import Endpoint, check_positive
 from ._consumer import DEFAULT_RETRY, AsyncConsumer, OnError, check_consume_options, warn_if_nack_loses
@@ -129,8 +130,19 @@ __all__ = ["AsyncClient", "AsyncTransaction", "Receipt"]
 #: The options StompProtocol takes, passed on to each connection's session.
 PROTOCOL_OPTIONS = (
     "versions", "heart_beat", "connect_headers", "use_stomp_command", "max_frame_bytes", "max_headers",
-    "max_header_bytes", "routing_headers", "client_id",
+    "max_header_bytes", "routing_headers", "client_id", "persistent",
 )
+
+
+def with_selector(headers: Optional[Dict[str, Any]], selector: Any) -> Dict[str, Any]:
+    """``headers`` with ``selector`` as its ``selector`` header; ConfigurationError for a bad or second one."""
+    if not isinstance(selector, str) or not selector.strip():
+        raise ConfigurationError(f"selector must be a non-empty str (a JMS selector), not {selector!r}")
+    headers = headers if headers is not None else {}
+    if "selector" in headers:
+        raise ConfigurationError("selector= and a 'selector' header both given: give one")
+    headers["selector"] = selector
+    return headers
 
 
 class AsyncClient:
@@ -187,6 +199,14 @@ class AsyncClient:
             so that they are a queue and a topic as on every other broker (a
             stock Artemis makes new addresses MULTICAST). Headers you pass win.
             Default True; False sends only yours (docs/brokers.md).
+        persistent: whether a SEND that does not say (no ``persistent=`` and no
+            ``persistent`` header) asks the broker to store the message, so that
+            it survives a broker restart. None (default): ``/queue/``
+            destinations on ActiveMQ Classic and Artemis get
+            ``persistent:true`` (they otherwise keep a STOMP message in memory
+            only); nothing is added elsewhere. True: every SEND gets
+            ``persistent:true``; False: none does (each broker's own default,
+            not persistent). docs/brokers.md has the cost, measured.
         send_buffer_bytes: unwritten outgoing bytes beyond which ``send`` waits
             (a burst is written out every 256 KiB on asyncio, so this is reached
             only when the socket does not keep up).
@@ -654,6 +674,7 @@ class AsyncClient:
         self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
         headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
         receipt: Literal[False] = ..., wait: bool = ..., content_length: bool = ...,
+        ttl: Optional[float] = ..., priority: Optional[int] = ..., persistent: Optional[bool] = ...,
     ) -> None: ...
 
     @overload
@@ -661,6 +682,7 @@ class AsyncClient:
         self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
         headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
         receipt: Literal[True], wait: bool = ..., content_length: bool = ...,
+        ttl: Optional[float] = ..., priority: Optional[int] = ..., persistent: Optional[bool] = ...,
     ) -> Receipt: ...
 
     @overload
@@ -668,6 +690,7 @@ class AsyncClient:
         self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
         headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
         receipt: bool = ..., wait: bool = ..., content_length: bool = ...,
+        ttl: Optional[float] = ..., priority: Optional[int] = ..., persistent: Optional[bool] = ...,
     ) -> Optional[Receipt]: ...
 
     async def send(
@@ -680,6 +703,9 @@ class AsyncClient:
         receipt: bool = False,
         wait: bool = True,
         content_length: bool = True,
+        ttl: Optional[float] = None,
+        priority: Optional[int] = None,
+        persistent: Optional[bool] = None,
     ) -> Optional[Receipt]:
         """Send a message to ``destination``.
 
@@ -693,14 +719,34 @@ class AsyncClient:
         and Artemis then deliver a JMS TextMessage instead of a BytesMessage
         (docs/brokers.md); the body may not hold a NUL byte (LocalProtocolError).
 
+        The message options are written in the headers the connected broker
+        reads (docs/brokers.md has what each broker does with them):
+
+        - ``ttl``: seconds (above 0, at most ten years) after which the broker
+          discards the message if it is still queued: ``expiration`` (ms) on
+          RabbitMQ, ``expires`` (the epoch ms, by the broker's clock) on
+          ActiveMQ Classic and Artemis.
+        - ``priority``: 0 to 9, the ``priority`` header. Artemis delivers higher
+          ones first; RabbitMQ only on a queue declared with ``x-max-priority``,
+          ActiveMQ Classic only with ``prioritizedMessages`` in its policy.
+        - ``persistent``: True or False, the ``persistent`` header: whether the
+          broker stores the message so that it survives a restart. Default:
+          the client's ``persistent=`` option.
+
+        A bad value, or an option together with the header it writes in
+        ``headers``, raises ConfigurationError and sends nothing.
+
         Raises:
             ServerError: the broker refused it (with ``receipt``).
             ConnectionLostError: the connection ended before the receipt came.
             LocalProtocolError: the frame cannot be expressed (nothing was sent).
+            ConfigurationError: a bad ``ttl``, ``priority`` or ``persistent`` (nothing was sent).
         """
         if self._state is not OPEN:
             await self._ensure_open()
         link = self._link
+        if ttl is not None or priority is not None or persistent is not None:
+            headers = self.message_headers(headers, ttl, priority, persistent)
         if type(body) is bytes and headers is None and content_type is None and not receipt and content_length:
             # the hot path: a plain SEND
             data = link.protocol.send_plain(destination, body)
@@ -720,6 +766,17 @@ class AsyncClient:
             await self._queue_when_room(data)
             await self._link.outbox.catch_up()
         return None
+
+    def message_headers(
+        self, headers: Optional[Mapping[str, Any]], ttl: Optional[float] = None, priority: Optional[int] = None,
+        persistent: Optional[bool] = None,
+    ) -> Dict[str, Any]:
+        """(Any thread.) ``headers`` and the headers that ask the connected broker for these message options.
+
+        What :meth:`send` writes for ``ttl``, ``priority`` and ``persistent``, the
+        time to live counted from now; ConfigurationError for a bad value.
+        """
+        return self._link.protocol.message_headers(headers, ttl, priority, persistent, time.time())
 
     def _encode_send(
         self, destination: str, body: Any, headers: Optional[Mapping[str, Any]], content_type: Optional[str],
@@ -980,6 +1037,7 @@ class AsyncClient:
         receipt: bool = True,
         id: Optional[str] = None,
         durable: Optional[str] = None,
+        selector: Optional[str] = None,
     ) -> AsyncSubscription:
         """A subscription to ``destination``, used as ``async with client.subscribe(...) as sub:``.
 
@@ -1001,6 +1059,12 @@ class AsyncClient:
                 ActiveMQ Classic and Artemis need the client's ``client_id``:
                 without one it is refused (ConfigurationError) once the broker is
                 known. Leaving the block keeps it; ``aclose(forget=True)`` deletes it.
+            selector: deliver only the messages this JMS selector (an SQL-92
+                expression over their headers, e.g. ``"region = 'EU'"``) matches:
+                the ``selector`` header, which ActiveMQ Classic and Artemis apply.
+                RabbitMQ ignores it (it would deliver every message), so there
+                the subscription is refused with ConfigurationError, as it is for
+                a ``selector`` in ``headers`` (docs/brokers.md).
         """
         # Refused by this call, not when the block is entered
         check_destination(destination)
@@ -1008,6 +1072,11 @@ class AsyncClient:
             # the name and id now; the client identity too once the broker is known (else on entry)
             self._link.protocol.check_durable(durable, id)
         headers = dict(headers) if headers else None
+        if selector is not None:
+            headers = with_selector(headers, selector)
+        # Known once connected (else the SUBSCRIBE itself refuses it, on entry)
+        protocol = self._link.protocol
+        check_selector(protocol.broker, protocol.server, headers)
         return AsyncSubscription(self._ops(), destination, ack, headers, buffer_size, receipt, id, durable)
 
     async def _subscribe(self, sub: Inlet) -> None:
@@ -1234,6 +1303,12 @@ class AsyncClient:
         the responder answers with :meth:`reply`. Any number of requests may be
         pending at once; each gets the reply carrying its correlation id.
 
+        The request expires with its ``timeout`` (``send(..., ttl=timeout)``): once
+        the requester has given up, the broker discards it if it is still
+        queued, so a responder that starts later does not process a request
+        whose reply nobody waits for. ``headers`` may therefore not set
+        ``expiration`` or ``expires`` (ConfigurationError).
+
         Raises:
             RequestTimeout: no reply within ``timeout`` seconds (a later one is
                 dropped and counted in ``stats().late_replies``).
@@ -1251,7 +1326,10 @@ class AsyncClient:
         request_headers["reply-to"] = channel.destination
         request_headers["correlation-id"] = correlation_id
         try:
-            await self.send(destination, body, headers=request_headers, content_type=content_type)
+            # It expires when the requester stops waiting for its reply
+            await self.send(
+                destination, body, headers=request_headers, content_type=content_type, ttl=min(timeout, MAX_TTL)
+            )
             reply = await pending.wait(timeout)
         finally:
             channel.forget(correlation_id)

@@ -44,6 +44,7 @@ class ClientOptions(TypedDict, total=False):
     connect_timeout: float
     use_stomp_command: bool
     routing_headers: bool
+    persistent: Optional[bool]
     send_buffer_bytes: int
     stall_timeout: float
     disconnect_timeout: float
@@ -72,6 +73,7 @@ DEFAULTS: Dict[str, Any] = {
     "connect_timeout": 10.0,
     "use_stomp_command": False,
     "routing_headers": True,
+    "persistent": None,
     "send_buffer_bytes": 4 * 1024 * 1024,
     "stall_timeout": 10.0,
     "disconnect_timeout": 5.0,

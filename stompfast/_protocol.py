@@ -33,8 +33,12 @@ from ._brokers import (
     PREFETCH_HEADERS,
     broker_of,
     check_durable,
+    check_message_options,
+    check_selector,
+    default_persistent,
     durable_headers,
     forget_headers,
+    message_option_headers,
     prefetch_headers,
     routing_type,
 )
@@ -260,6 +264,10 @@ class StompProtocol:
             is skipped unread and delivered as an :class:`OversizedMessage`
             (headers only, to ack or nack) instead of failing the session; any
             other frame over a limit still fails it (the client turns this on).
+        persistent: what a SEND that carries no ``persistent`` header gets
+            (:func:`default_persistent`): None, ``persistent:true`` on
+            ``/queue/`` destinations of ActiveMQ Classic and Artemis; True, on
+            every SEND; False, on none (the brokers' default: not persistent).
     """
 
     def __init__(
@@ -278,6 +286,7 @@ class StompProtocol:
         skip_oversized: bool = False,
         routing_headers: bool = True,
         client_id: Optional[str] = None,
+        persistent: Optional[bool] = None,
     ) -> None:
         self.versions = _check_versions(versions)
         self.requested_heart_beat = _check_heart_beat(heart_beat)
@@ -301,6 +310,10 @@ class StompProtocol:
         self.use_stomp_command = use_stomp_command
         #: on Artemis, /queue/ and /topic/ get their routing-type headers (ANYCAST, MULTICAST)
         self.routing_headers = routing_headers
+        if persistent is not None and type(persistent) is not bool:
+            raise ConfigurationError(f"persistent must be True, False or None, not {persistent!r}")
+        #: the client's persistent= option: which SENDs get persistent:true when they do not say
+        self.persistent = persistent
         #: the broker named by CONNECTED's server header (broker_of), once connected
         self.broker: Optional[str] = None
         # routing_headers, and the broker is Artemis
@@ -397,6 +410,31 @@ class StompProtocol:
                 if name not in h:
                     h[name] = value
         return receipt_id
+
+    def _add_persistence(self, h: Dict[str, Any], destination: str) -> None:
+        """``persistent:true`` where :func:`default_persistent` says so and the caller's headers do not say.
+
+        ActiveMQ Classic and Artemis keep a STOMP message that does not ask to
+        be persistent in memory only: a broker restart loses it. Called where a
+        SEND's head is built (once per destination on the hot path).
+        """
+        if "persistent" not in h and default_persistent(self.broker, destination, self.persistent):
+            h["persistent"] = "true"
+
+    def message_headers(
+        self, headers: Optional[Mapping[str, Any]], ttl: Optional[float], priority: Optional[int],
+        persistent: Optional[bool], now: float,
+    ) -> Dict[str, Any]:
+        """``headers`` and the headers that ask this session's broker for ``ttl``, ``priority`` and ``persistent``.
+
+        ``now``: the time of the send, in seconds since the epoch (this module
+        reads no clock). ConfigurationError for a bad value, or for an option
+        whose header ``headers`` also set; nothing is recorded either way.
+        """
+        check_message_options(ttl, priority, persistent, headers)
+        h = dict(headers) if headers else {}
+        h.update(message_option_headers(self.broker, ttl, priority, persistent, now))
+        return h
 
     def _add_routing(self, h: Dict[str, Any], name: str, destination: str) -> None:
         """On Artemis, ``name`` (destination-type or subscription-type) for a /queue/ or /topic/ destination.
@@ -501,6 +539,7 @@ class StompProtocol:
             h["transaction"] = transaction
         receipt_id = self._finish(h, receipt, headers)
         self._add_routing(h, "destination-type", destination)
+        self._add_persistence(h, destination)
         return h, receipt_id
 
     def _send_without_length(
@@ -566,6 +605,7 @@ class StompProtocol:
                 if name not in h:
                     h[name] = value
         self._add_routing(h, "destination-type", destination)
+        self._add_persistence(h, destination)
         return encode_frame("SEND", h, body, self._wire_version)
 
     def send_plain(self, destination: str, body: bytes) -> bytes:
@@ -599,6 +639,7 @@ class StompProtocol:
         if content_type is not None:
             h["content-type"] = content_type
         self._add_routing(h, "destination-type", destination)
+        self._add_persistence(h, destination)
         # "SEND\n...\n" without the blank line and NUL
         head = self._encode("SEND", h)[:-2]
         if len(self._send_heads) >= _SEND_HEADS_MAX:
@@ -632,6 +673,10 @@ class StompProtocol:
         broker reads (:func:`durable_headers`; headers the caller set win); its
         id is the name. Refused (ConfigurationError) on a broker that needs a
         ``client-id`` (:data:`DURABLE_NEEDS_CLIENT_ID`) when the session has none.
+
+        A ``selector`` header is refused (ConfigurationError) on a broker that
+        ignores it (:data:`SELECTOR_IGNORED`: RabbitMQ), which would deliver
+        every message of the destination.
         """
         self._check("SUBSCRIBE")
         check_destination(destination)
@@ -639,6 +684,8 @@ class StompProtocol:
             raise ConfigurationError(f"ack must be one of {', '.join(ACK_MODES)}, not {ack!r}")
         if ack == "client-individual" and self.version == "1.0":
             raise LocalProtocolError("ack mode client-individual needs STOMP 1.1 or later; this session is 1.0")
+        # A broker that ignores selectors would deliver every message: refused, nothing sent
+        check_selector(self.broker, self.server, headers)
         if durable is not None:
             self.check_durable(durable, id)
             id = durable

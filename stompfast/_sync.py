@@ -78,6 +78,7 @@ from typing import (
     TYPE_CHECKING,
     Any,
     Callable,
+    Dict,
     Iterable,
     List,
     Literal,
@@ -93,7 +94,7 @@ from typing import (
 import anyio
 from anyio.from_thread import BlockingPortal
 
-from ._brokers import broker_of
+from ._brokers import broker_of, check_message_options
 from ._client import AsyncClient
 from ._common import copy_error
 from ._config import Endpoint, check_positive
@@ -397,6 +398,7 @@ class Client:
         self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
         headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
         receipt: Literal[False] = ..., wait: bool = ..., timeout: Optional[float] = ..., content_length: bool = ...,
+        ttl: Optional[float] = ..., priority: Optional[int] = ..., persistent: Optional[bool] = ...,
     ) -> None: ...
 
     @overload
@@ -404,6 +406,7 @@ class Client:
         self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
         headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
         receipt: Literal[True], wait: bool = ..., timeout: Optional[float] = ..., content_length: bool = ...,
+        ttl: Optional[float] = ..., priority: Optional[int] = ..., persistent: Optional[bool] = ...,
     ) -> ReceiptFuture: ...
 
     @overload
@@ -411,6 +414,7 @@ class Client:
         self, destination: str, body: Union[bytes, bytearray, memoryview, str] = ..., *,
         headers: Optional[Mapping[str, Any]] = ..., content_type: Optional[str] = ...,
         receipt: bool = ..., wait: bool = ..., timeout: Optional[float] = ..., content_length: bool = ...,
+        ttl: Optional[float] = ..., priority: Optional[int] = ..., persistent: Optional[bool] = ...,
     ) -> Optional[ReceiptFuture]: ...
 
     def send(
@@ -424,6 +428,9 @@ class Client:
         wait: bool = True,
         timeout: Optional[float] = None,
         content_length: bool = True,
+        ttl: Optional[float] = None,
+        priority: Optional[int] = None,
+        persistent: Optional[bool] = None,
     ) -> Optional[ReceiptFuture]:
         """Send a message to ``destination`` (body rules as :meth:`AsyncClient.send`).
 
@@ -432,17 +439,28 @@ class Client:
         broker confirmed the frame, or with ``wait=False`` at once, pending.
         ``content_length=False``: as :meth:`AsyncClient.send` (a JMS TextMessage on
         ActiveMQ and Artemis; the call returns once the frame is queued in the loop).
+        ``ttl``, ``priority`` and ``persistent``: as :meth:`AsyncClient.send` (a
+        queued send's time to live counts from when the loop writes it, normally
+        within a millisecond of the call).
 
         Raises:
             ReceiptTimeout: ``receipt`` and no RECEIPT within ``timeout`` (the
                 frame was sent; its receipt may still come).
             StompTimeout: no room in the send buffer within ``timeout``.
-            ServerError, ConnectionLostError, LocalProtocolError: as AsyncClient.send.
+            ServerError, ConnectionLostError, LocalProtocolError, ConfigurationError: as AsyncClient.send.
         """
         timeout = check_timeout(timeout)
+        options = None
+        if ttl is not None or priority is not None or persistent is not None:
+            # Refused by this call, in this thread; mapped to the broker's headers where it is encoded
+            check_message_options(ttl, priority, persistent, headers)
+            options = (ttl, priority, persistent)
         if not receipt and content_length:
-            self._outbox.queue_send(destination, body, headers, content_type, timeout)
+            self._outbox.queue_send(destination, body, headers, content_type, timeout, options)
             return None
+        if options is not None:
+            # The paths below write at once (or in the loop, now): the connected broker's headers
+            headers = self._async.message_headers(headers, ttl, priority, persistent)
         # Keep the order of sends made from this client
         self._outbox.wait_written(timeout)
         if not receipt:
@@ -476,6 +494,14 @@ class Client:
         ready: "concurrent.futures.Future[ReceiptFuture]" = concurrent.futures.Future()
         task = self._loop.spawn(send_pipelined, send, timeout, on_timeout, ready, self._outstanding)
         return self._loop.wait(ready, task)
+
+    def message_headers(
+        self, headers: Optional[Mapping[str, Any]], ttl: Optional[float] = None, priority: Optional[int] = None,
+        persistent: Optional[bool] = None,
+    ) -> Dict[str, Any]:
+        """``headers`` and the headers that ask the connected broker for these message options (see
+        :meth:`AsyncClient.message_headers`); any thread."""
+        return self._async.message_headers(headers, ttl, priority, persistent)
 
     def _send_and_wait(
         self, destination: str, body: Any, headers: Optional[Mapping[str, Any]], content_type: Optional[str],
@@ -579,6 +605,7 @@ class Client:
         receipt: bool = True,
         id: Optional[str] = None,
         durable: Optional[str] = None,
+        selector: Optional[str] = None,
         callback: Optional[Callback] = None,
         on_error: Optional[ErrorHandler] = None,
         timeout: Optional[float] = None,
@@ -606,7 +633,7 @@ class Client:
         if on_error is not None and (callback is None or not callable(on_error)):
             raise ConfigurationError("on_error needs a callback= and must be callable")
         kwargs = {"ack": ack, "headers": headers, "buffer_size": buffer_size, "receipt": receipt, "id": id,
-                  "durable": durable}
+                  "durable": durable, "selector": selector}
         sub = self._loop.call(
             functools.partial(open_subscription, self._async, destination, kwargs),
             timeout,

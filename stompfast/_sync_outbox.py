@@ -111,7 +111,7 @@ class ThreadOutbox:
 
     def queue_send(
         self, destination: str, body: Any, headers: Optional[Mapping[str, Any]], content_type: Optional[str],
-        timeout: Optional[float],
+        timeout: Optional[float], options: Optional[Tuple[Any, Any, Any]] = None,
     ) -> None:
         """Queue a SEND for the drainer (the fast path of ``Client.send``).
 
@@ -119,7 +119,9 @@ class ThreadOutbox:
         were made. A failure to write it (the connection ended) is raised by the
         next call that sends. When the queue holds ``send_buffer_bytes`` or
         10,000 messages, the caller waits for it to drain (backpressure, bounded
-        by ``timeout``).
+        by ``timeout``). ``options``: ``(ttl, priority, persistent)``, checked by
+        the caller, or None; the loop writes them in the headers of the broker
+        connected when the frame is encoded.
         """
         if self.error is not None or self.closed:
             self._raise_error()
@@ -134,7 +136,7 @@ class ThreadOutbox:
             self._check_queued(destination, headers, content_type)
         if len(self.queue) >= _FAST_MAX_MESSAGES or self.queued_bytes >= self._limit_bytes:
             self.wait_written(timeout)
-        self.put((destination, body, headers, content_type), len(body))
+        self.put((destination, body, headers, content_type, options), len(body))
 
     def _check_queued(self, destination: Any, headers: Optional[Mapping[str, Any]], content_type: Any) -> None:
         """Refuse here, in this call, what the session's version cannot carry (not later, in the drainer)."""
@@ -163,7 +165,7 @@ class ThreadOutbox:
         message.settled = ACK_QUEUED
         if len(self.queue) >= _FAST_MAX_MESSAGES:
             self.wait_written(timeout)
-        self.put((None, sub, message, None), 0)
+        self.put((None, sub, message, None, None), 0)
 
     def wait_written(self, timeout: Optional[float]) -> None:
         """Wait until the queued frames are written; raise what stopped them."""
@@ -253,9 +255,9 @@ class ThreadOutbox:
                     batch = list(queue)
                     queue.clear()
                     self.queued_bytes = 0
-                for i, (destination, body, headers, content_type) in enumerate(batch):
+                for i, (destination, body, headers, content_type, options) in enumerate(batch):
                     try:
-                        # An ACK: (None, subscription, message, None)
+                        # An ACK: (None, subscription, message, None, None)
                         if destination is None:
                             try:
                                 # No await per ACK unless it must wait
@@ -267,7 +269,12 @@ class ThreadOutbox:
                                 log.debug("dropped a queued ACK of %r: its connection was lost", headers)
                         else:
                             try:
-                                await send(destination, body, headers=headers, content_type=content_type)
+                                if options is None:
+                                    await send(destination, body, headers=headers, content_type=content_type)
+                                else:
+                                    ttl, priority, persistent = options
+                                    await send(destination, body, headers=headers, content_type=content_type,
+                                               ttl=ttl, priority=priority, persistent=persistent)
                             except (LocalProtocolError, TypeError) as exc:
                                 if not self._unencodable(destination, headers, content_type):
                                     # The session refused it (its state): as any failure

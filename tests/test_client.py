@@ -6,6 +6,8 @@ Real brokers are in tests/integration; this file is where faults are injected.
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import pytest
 
@@ -22,6 +24,7 @@ from stompfast import (
     HeartbeatTimeout,
     LocalProtocolError,
     RemoteProtocolError,
+    RequestTimeout,
     ServerError,
 )
 from stompfast.testing import Broker
@@ -876,3 +879,67 @@ async def test_leaving_by_an_outer_cancellation_still_sends_disconnect_promptly(
                 await anyio.sleep(10)
         assert anyio.current_time() - started < 2.5  # not the 5 s disconnect_timeout
         await broker.wait_for(lambda: "DISCONNECT" in [f.command for f in broker.received])
+
+
+# -- message options: ttl, priority, persistent, selector ------------------------------------------
+
+
+def _sends(broker: Broker) -> list:
+    return [f for f in broker.received if f.command == "SEND"]
+
+
+@pytest.mark.parametrize("server", ["RabbitMQ/3.10.8", "ActiveMQ/5.17.2"])
+async def test_message_options_are_written_as_the_connected_broker_reads_them(server):
+    async with Broker(server=server) as broker, make(broker) as c:
+        before = int(time.time() * 1000)
+        await c.send("/queue/a", b"queued", ttl=2, priority=3, persistent=False)
+        await c.send("/queue/a", b"confirmed", ttl=2, receipt=True)
+        await c.flush()
+        queued, confirmed = _sends(broker)
+    assert (queued.headers["priority"], queued.headers["persistent"]) == ("3", "false")
+    if server.startswith("RabbitMQ/"):
+        assert [f.headers.get("expiration") for f in (queued, confirmed)] == ["2000", "2000"]
+        assert not any("expires" in f.headers for f in (queued, confirmed))
+    else:
+        for frame in (queued, confirmed):
+            assert before + 2000 <= int(frame.headers["expires"]) <= time.time() * 1000 + 2000
+            assert "expiration" not in frame.headers
+        # ActiveMQ: /queue/ is persistent unless the send says otherwise
+        assert confirmed.headers["persistent"] == "true"
+
+
+async def test_a_request_expires_with_its_timeout():
+    # the in-process broker names no broker stompfast knows: both spellings
+    async with Broker() as broker, make(broker) as c:
+        before = int(time.time() * 1000)
+        with pytest.raises(RequestTimeout):
+            await c.request("/queue/nobody", b"?", timeout=0.2)
+        (request,) = _sends(broker)
+    assert request.headers["expiration"] == "200"
+    assert before + 200 <= int(request.headers["expires"]) <= time.time() * 1000 + 200
+
+
+async def test_bad_options_and_a_selector_rabbitmq_ignores_are_refused_and_nothing_is_sent():
+    async with Broker(server="RabbitMQ/3.10.8") as broker, make(broker) as c:
+        for bad in ({"ttl": 0}, {"ttl": "1"}, {"priority": 10}, {"persistent": "yes"},
+                    {"ttl": 1, "headers": {"expiration": "5"}}, {"persistent": True, "headers": {"persistent": "1"}}):
+            with pytest.raises(ConfigurationError):
+                await c.send("/queue/a", b"x", **bad)
+            with pytest.raises(ConfigurationError):
+                await c.send("/queue/a", b"x", receipt=True, **bad)
+        for kwargs in ({"selector": "a = 1"}, {"headers": {"selector": "a = 1"}}):
+            with pytest.raises(ConfigurationError, match="ignores STOMP selectors"):
+                c.subscribe("/queue/a", **kwargs)
+        await c.flush()
+        assert not [f for f in broker.received if f.command in ("SEND", "SUBSCRIBE")]
+
+
+async def test_a_selector_is_checked_and_passed_on_where_the_broker_applies_it():
+    async with Broker(server="ActiveMQ/5.17.2") as broker, make(broker) as c:
+        for bad in ({"selector": ""}, {"selector": 5}, {"selector": "a = 1", "headers": {"selector": "b = 2"}}):
+            with pytest.raises(ConfigurationError):
+                c.subscribe("/queue/a", **bad)
+        async with c.subscribe("/queue/a", selector="region = 'EU'"):
+            pass
+        (subscribe,) = [f for f in broker.received if f.command == "SUBSCRIBE"]
+    assert subscribe.headers["selector"] == "region = 'EU'"

@@ -1034,3 +1034,141 @@ def test_durable_name_and_id_are_checked_and_forget_needs_a_durable_subscription
     _, plain, _ = p.subscribe("/topic/t")
     with pytest.raises(LocalProtocolError, match="not durable"):
         p.unsubscribe(plain, forget=True)
+
+
+# -- message options: ttl, priority, persistent; selectors ----------------------------------------
+
+SERVERS = {"rabbitmq": "RabbitMQ/3.10.8", "activemq": "ActiveMQ/5.17.2", "artemis": "ActiveMQ-Artemis/2.40.0",
+           "unknown": "stompfast-testing/1"}
+
+
+def _session(server: str, **kwargs) -> StompProtocol:
+    p = StompProtocol(heart_beat=(0, 0), **kwargs)
+    p.connect()
+    p.receive_data(encode_frame("CONNECTED", {"version": "1.2", "server": server, "heart-beat": "0,0"}))
+    return p
+
+
+@pytest.mark.parametrize(
+    "broker, expected",
+    [
+        # RabbitMQ reads a relative expiration in ms; ActiveMQ and Artemis the absolute epoch ms
+        ("rabbitmq", {"expiration": "1500"}),
+        ("activemq", {"expires": "1000001500"}),
+        ("artemis", {"expires": "1000001500"}),
+        # a broker not known (Artemis on 1.0): both
+        ("unknown", {"expiration": "1500", "expires": "1000001500"}),
+    ],
+)
+def test_ttl_is_written_as_the_broker_reads_it(broker, expected):
+    p = _session(SERVERS[broker])
+    h = p.message_headers({"x": "1"}, 1.5, None, None, 1_000_000.0)
+    assert h == {"x": "1", **expected}
+    data, _ = p.send("/topic/t", b"body", h)
+    assert {k: v for k, v in parse(data).headers.items() if k in ("expiration", "expires")} == expected
+
+
+def test_a_ttl_under_a_millisecond_still_expires():
+    # rounded up: "expiration:0" would mean "now or never" on RabbitMQ
+    assert _session(SERVERS["rabbitmq"]).message_headers(None, 0.0001, None, None, 0.0) == {"expiration": "1"}
+
+
+@pytest.mark.parametrize("broker", sorted(SERVERS))
+def test_priority_and_persistent_are_the_same_header_everywhere(broker):
+    p = _session(SERVERS[broker])
+    assert p.message_headers(None, None, 9, True, 0.0) == {"priority": "9", "persistent": "true"}
+    assert p.message_headers(None, None, 0, False, 0.0) == {"priority": "0", "persistent": "false"}
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"ttl": 0}, "ttl must be"),
+        ({"ttl": -1.0}, "ttl must be"),
+        ({"ttl": float("inf")}, "ttl must be"),
+        ({"ttl": float("nan")}, "ttl must be"),
+        ({"ttl": "5"}, "ttl must be"),
+        ({"ttl": True}, "ttl must be"),
+        ({"ttl": 315_360_001}, "ttl must be"),
+        ({"priority": 10}, "priority must be"),
+        ({"priority": -1}, "priority must be"),
+        ({"priority": 4.0}, "priority must be"),
+        ({"priority": "4"}, "priority must be"),
+        ({"priority": True}, "priority must be"),
+        ({"persistent": "true"}, "persistent must be"),
+        ({"persistent": 1}, "persistent must be"),
+    ],
+)
+def test_bad_message_options_are_refused(options, match):
+    p = _session(SERVERS["rabbitmq"])
+    args = {"ttl": None, "priority": None, "persistent": None, **options}
+    with pytest.raises(ConfigurationError, match=match):
+        p.message_headers(None, args["ttl"], args["priority"], args["persistent"], 0.0)
+
+
+@pytest.mark.parametrize(
+    "option, header",
+    [("ttl", "expiration"), ("ttl", "expires"), ("priority", "priority"), ("persistent", "persistent")],
+)
+def test_an_option_and_its_header_together_are_refused(option, header):
+    p = _session(SERVERS["artemis"])
+    args = {"ttl": None, "priority": None, "persistent": None, option: {"ttl": 1.0, "priority": 1,
+                                                                         "persistent": True}[option]}
+    with pytest.raises(ConfigurationError, match="give one"):
+        p.message_headers({header: "1"}, args["ttl"], args["priority"], args["persistent"], 0.0)
+    # the caller's headers are not changed either way
+    headers = {header: "1"}
+    with pytest.raises(ConfigurationError):
+        p.message_headers(headers, args["ttl"], args["priority"], args["persistent"], 0.0)
+    assert headers == {header: "1"}
+
+
+@pytest.mark.parametrize("broker", sorted(SERVERS))
+def test_queue_sends_are_persistent_by_default_on_activemq_and_artemis_only(broker):
+    p = _session(SERVERS[broker])
+    on = broker in ("activemq", "artemis")
+    frames = {
+        "send": parse(p.send("/queue/q", b"x")[0]),
+        "send-receipt": parse(p.send("/queue/q", b"x", receipt=True)[0]),
+        "send-ct": parse(p.send("/queue/q", b"x", content_type="text/plain")[0]),
+        "plain": parse(p.send_plain("/queue/q", b"x")),
+        "headers": parse(p.send("/queue/q", b"x", headers={"x": "1"})[0]),
+        "no-length": parse(p.send("/queue/q", b"x", content_length=False)[0]),
+        "encode_send": parse(p.encode_send("/queue/q", b"x", None, None, "t1")),
+    }
+    assert {k: f.headers.get("persistent") for k, f in frames.items()} == {k: "true" if on else None for k in frames}
+    # a topic, or a destination of another kind: not by default
+    assert "persistent" not in parse(p.send("/topic/t", b"x")[0]).headers
+    assert "persistent" not in parse(p.send_plain("/exchange/e/k", b"x")).headers
+    # the message says otherwise: it wins, once
+    data, _ = p.send("/queue/q", b"x", headers={"persistent": "false"})
+    assert parse(data).header_list.count(("persistent", "false")) == 1
+    assert "true" not in [v for k, v in parse(data).header_list if k == "persistent"]
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+@pytest.mark.parametrize("broker", sorted(SERVERS))
+def test_the_client_option_persistent_decides_for_every_send(broker, persistent):
+    p = _session(SERVERS[broker], persistent=persistent)
+    for data in (p.send("/queue/q", b"x")[0], p.send_plain("/topic/t", b"x"), p.send("/exchange/e", b"")[0]):
+        assert parse(data).headers.get("persistent") == ("true" if persistent else None)
+
+
+def test_the_persistent_option_is_checked():
+    with pytest.raises(ConfigurationError, match="persistent must be"):
+        StompProtocol(persistent="yes")
+
+
+def test_a_selector_is_refused_on_rabbitmq_and_nothing_is_recorded():
+    p = _session(SERVERS["rabbitmq"])
+    with pytest.raises(ConfigurationError, match="ignores STOMP selectors"):
+        p.subscribe("/queue/q", headers={"selector": "a = 1"}, id="s")
+    # nothing recorded: the id is free, and a subscription without a selector goes through
+    data, sub_id, _ = p.subscribe("/queue/q", id="s")
+    assert sub_id == "s" and "selector" not in parse(data).headers
+
+
+@pytest.mark.parametrize("broker", ["activemq", "artemis", "unknown"])
+def test_a_selector_is_passed_on_elsewhere(broker):
+    data, _, _ = _session(SERVERS[broker]).subscribe("/queue/q", headers={"selector": "region = 'EU'"})
+    assert parse(data).headers["selector"] == "region = 'EU'"

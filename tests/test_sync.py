@@ -1351,3 +1351,34 @@ def test_a_queued_send_that_cannot_be_encoded_loses_nothing_after_it(client, bro
         accepted.append(b"7")
         assert len(reported) == 1 and reported[0] != b"bad"
         assert [sub.receive(timeout=WAIT).body for _ in range(len(accepted))] == accepted
+
+
+# -- message options ----------------------------------------------------------------------------
+
+
+@pytest.mark.stomp_broker(server="ActiveMQ/5.17.2")
+def test_message_options_of_queued_and_confirmed_sends_and_bad_ones_refused_in_the_calling_thread(make, broker):
+    with make() as c:
+        before = int(time.time() * 1000)
+        c.send("/queue/a", b"queued", ttl=2, priority=3)
+        c.send("/queue/a", b"confirmed", ttl=2, persistent=False, receipt=True, timeout=WAIT)
+        c.send("/topic/t", b"pipelined", persistent=True, receipt=True, wait=False).result(WAIT)
+        for bad in ({"ttl": -1}, {"priority": 10}, {"persistent": 1}, {"ttl": 1, "headers": {"expires": "0"}}):
+            with pytest.raises(ConfigurationError):
+                c.send("/queue/a", b"bad", **bad)
+            with pytest.raises(ConfigurationError):
+                c.send("/queue/a", b"bad", receipt=True, **bad)
+        c.flush(timeout=WAIT)
+        queued, confirmed, pipelined = [f for f in broker.received if f.command == "SEND"]
+    for frame in (queued, confirmed):
+        assert before + 2000 <= int(frame.headers["expires"]) <= time.time() * 1000 + 2000
+    assert (queued.headers["priority"], queued.headers["persistent"]) == ("3", "true")
+    assert (confirmed.headers["persistent"], pipelined.headers["persistent"]) == ("false", "true")
+
+
+@pytest.mark.stomp_broker(server="RabbitMQ/3.10.8")
+def test_a_selector_is_refused_on_rabbitmq(make, broker):
+    with make() as c:
+        with pytest.raises(ConfigurationError, match="ignores STOMP selectors"):
+            c.subscribe("/queue/a", selector="a = 1")
+        assert not [f for f in broker.received if f.command == "SUBSCRIBE"]

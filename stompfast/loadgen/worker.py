@@ -76,9 +76,11 @@ class Worker:
         kwargs: Dict[str, Any] = {}
         if c.versions:
             kwargs["versions"] = c.versions
+        # persistent=False: a run's messages are the broker's default, not persistent, on every
+        # broker (runs stay comparable); -H persistent:true asks for persistence (docs/loadgen.md)
         client = AsyncClient(
             self.spec.url, login=c.login, passcode=c.passcode, virtual_host=c.virtual_host,
-            heart_beat=c.heart_beat, connect_timeout=c.connect_timeout, reconnect=False, **kwargs,
+            heart_beat=c.heart_beat, connect_timeout=c.connect_timeout, reconnect=False, persistent=False, **kwargs,
         )
         if self.instrument is not None:
             # Traced methods on this client object: the producer loop is unchanged
