@@ -23,7 +23,6 @@ __all__ = [
     "MAX_TTL",
     "NACK_LOSES",
     "OPTION_HEADERS",
-    "PERSISTENT_BY_DEFAULT",
     "PREFETCH_HEADERS",
     "SELECTOR_IGNORED",
     "broker_of",
@@ -217,12 +216,6 @@ OPTION_HEADERS: Dict[str, Tuple[str, ...]] = {
     "persistent": ("persistent",),
 }
 
-#: The brokers on which a ``/queue/`` SEND is persistent unless told otherwise (the client
-#: option ``persistent=None``). ActiveMQ Classic and Artemis keep a STOMP message only in
-#: memory unless it says ``persistent:true``, so a broker restart loses a whole job queue;
-#: the cost of storing it is measured in docs/brokers.md (``bench/persistent_cost.py``).
-PERSISTENT_BY_DEFAULT = ("activemq", "artemis")
-
 #: The brokers that accept a SUBSCRIBE ``selector`` header and ignore it (every message is
 #: delivered, matching or not): a selector is refused there before anything is sent.
 SELECTOR_IGNORED = ("rabbitmq",)
@@ -288,12 +281,18 @@ def default_persistent(broker: Optional[str], destination: str, persistent: Opti
     """Whether a SEND to ``destination`` gets ``persistent:true`` when it does not say (the client option).
 
     ``persistent``: the client's ``persistent=`` option. True: every SEND; False:
-    none (each broker's own default: not persistent); None: ``/queue/`` SENDs on
-    :data:`PERSISTENT_BY_DEFAULT`.
+    none (each broker's own default: not persistent); None: every ``/queue/`` SEND
+    on a broker stompfast knows. Each of them keeps a STOMP message that does not say
+    ``persistent:true`` in memory only (RabbitMQ: delivery mode 1, dropped from a
+    classic queue at a restart), so a broker restart would empty a job queue on all
+    three; the cost of storing it is measured in docs/brokers.md
+    (``bench/persistent_cost.py``). A broker it does not know (the in-process test
+    broker, Artemis on STOMP 1.0, which names itself on 1.1 and 1.2 only) gets
+    nothing it did not ask for.
     """
     if persistent is not None:
         return persistent
-    return broker in PERSISTENT_BY_DEFAULT and destination.startswith("/queue/")
+    return broker is not None and destination.startswith("/queue/")
 
 
 def check_selector(broker: Optional[str], server: Optional[str], headers: Optional[Mapping[str, Any]]) -> None:

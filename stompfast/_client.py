@@ -202,9 +202,9 @@ class AsyncClient:
         persistent: whether a SEND that does not say (no ``persistent=`` and no
             ``persistent`` header) asks the broker to store the message, so that
             it survives a broker restart. None (default): ``/queue/``
-            destinations on ActiveMQ Classic and Artemis get
-            ``persistent:true`` (they otherwise keep a STOMP message in memory
-            only); nothing is added elsewhere. True: every SEND gets
+            destinations get ``persistent:true``, on every broker (each
+            otherwise keeps a STOMP message in memory only); nothing is added
+            elsewhere. True: every SEND gets
             ``persistent:true``; False: none does (each broker's own default,
             not persistent). docs/brokers.md has the cost, measured.
         send_buffer_bytes: unwritten outgoing bytes beyond which ``send`` waits

@@ -265,9 +265,9 @@ class StompProtocol:
             (headers only, to ack or nack) instead of failing the session; any
             other frame over a limit still fails it (the client turns this on).
         persistent: what a SEND that carries no ``persistent`` header gets
-            (:func:`default_persistent`): None, ``persistent:true`` on
-            ``/queue/`` destinations of ActiveMQ Classic and Artemis; True, on
-            every SEND; False, on none (the brokers' default: not persistent).
+            (:func:`default_persistent`): None, ``persistent:true`` on every
+            ``/queue/`` destination; True, on every SEND; False, on none (the
+            brokers' default: not persistent).
     """
 
     def __init__(
@@ -414,9 +414,9 @@ class StompProtocol:
     def _add_persistence(self, h: Dict[str, Any], destination: str) -> None:
         """``persistent:true`` where :func:`default_persistent` says so and the caller's headers do not say.
 
-        ActiveMQ Classic and Artemis keep a STOMP message that does not ask to
-        be persistent in memory only: a broker restart loses it. Called where a
-        SEND's head is built (once per destination on the hot path).
+        Every broker keeps a STOMP message that does not ask to be persistent in
+        memory only: a broker restart loses it. Called where a SEND's head is
+        built (once per destination on the hot path).
         """
         if "persistent" not in h and default_persistent(self.broker, destination, self.persistent):
             h["persistent"] = "true"

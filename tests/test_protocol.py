@@ -1124,9 +1124,9 @@ def test_an_option_and_its_header_together_are_refused(option, header):
 
 
 @pytest.mark.parametrize("broker", sorted(SERVERS))
-def test_queue_sends_are_persistent_by_default_on_activemq_and_artemis_only(broker):
+def test_queue_sends_are_persistent_by_default_on_every_broker_it_knows(broker):
     p = _session(SERVERS[broker])
-    on = broker in ("activemq", "artemis")
+    on = broker != "unknown"
     frames = {
         "send": parse(p.send("/queue/q", b"x")[0]),
         "send-receipt": parse(p.send("/queue/q", b"x", receipt=True)[0]),

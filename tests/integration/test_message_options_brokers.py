@@ -174,9 +174,7 @@ def test_the_blocking_client_s_selector(broker, broker_url, queue, backend):
 
 
 @pytest.mark.anyio
-async def test_persistent_reaches_the_broker_and_is_the_default_for_queues_on_activemq_and_artemis(
-    broker, broker_url, queue
-):
+async def test_persistent_reaches_the_broker_and_is_the_default_for_queues(broker, broker_url, queue):
     async with aclient(broker_url) as c:
         await c.send(queue, b"default")
         await c.send(queue, b"persistent", persistent=True)
@@ -189,8 +187,7 @@ async def test_persistent_reaches_the_broker_and_is_the_default_for_queues_on_ac
     # what each broker reports back in the MESSAGE (measured: ActiveMQ Classic and RabbitMQ
     # leave the header out of a non-persistent message, Artemis says false)
     transient = "false" if broker == "artemis" else None
-    default = "true" if broker in ("activemq", "artemis") else None
-    assert seen == {b"default": default, b"persistent": "true", b"transient": transient}
+    assert seen == {b"default": "true", b"persistent": "true", b"transient": transient}
 
 
 @pytest.mark.anyio
