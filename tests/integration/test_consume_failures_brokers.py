@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import Any, List
+from typing import List
 from urllib.parse import urlsplit
 
 import anyio
 import pytest
+from test_consume_failures import FAST, JOBS, TIMER_SLACK, every_seventh_fails_once
 
 from stompfast import AsyncClient, Client, Message, ReconnectPolicy, RetryPolicy
 from stompfast.testing import FaultProxy
@@ -25,10 +26,6 @@ from stompfast.testing import FaultProxy
 pytestmark = [pytest.mark.timeout(120)]
 
 WAIT = 30
-JOBS = 200
-FAST = RetryPolicy(attempts=3, initial_delay=0.05, multiplier=2, jitter=0)
-# uvloop may fire a timer up to 1 ms early (tests/test_consume_failures.py)
-TIMER_SLACK = 0.002
 
 
 async def taken_from(url: str, queue: str, quiet: float = 1.0) -> List[Message]:
@@ -44,20 +41,6 @@ async def taken_from(url: str, queue: str, quiet: float = 1.0) -> List[Message]:
                     continue
                 await client.flush()
                 return found
-
-
-def every_seventh_fails_once() -> Any:
-    tried: set = set()
-    done: Counter = Counter()
-
-    def job(body: bytes) -> None:
-        number = int(body)
-        if number % 7 == 0 and number not in tried:
-            tried.add(number)
-            raise RuntimeError(f"job {number} failed once")
-        done[number] += 1
-
-    return job, done
 
 
 @pytest.mark.anyio
