@@ -169,17 +169,26 @@ class Target:
                 client.send(destination, body, receipt=True, wait=False)
             client.flush(timeout=30)
 
-    def drain(self, destination: str, timeout: float = 1.0, ack: bool = True) -> list:
-        """Everything left on ``destination`` (consumed and acked): what the broker still holds."""
+    def drain(self, destination: str, timeout: float = 1.0, ack: bool = True, expect: Optional[int] = None,
+              patience: float = 15.0) -> list:
+        """Everything left on ``destination`` (consumed and acked): what the broker still holds.
+
+        Ends after ``timeout`` without a message; with ``expect``, not before that many
+        arrived or ``patience`` seconds passed (a broker hands a closed consumer's
+        messages back when it has noticed the close, which a loaded machine delays).
+        """
         from stompfast import Client, ReceiveTimeout
 
-        out = []
+        out: list = []
+        deadline = time.monotonic() + patience
         with Client(self.url) as client:
             with client.subscribe(destination, ack="client-individual") as sub:
                 while True:
                     try:
                         batch = sub.receive_many(500, timeout=timeout)
                     except ReceiveTimeout:
+                        if expect is not None and len(out) < expect and time.monotonic() < deadline:
+                            continue
                         break
                     for m in batch:
                         out.append(m.body)
