@@ -15,6 +15,7 @@ from typing import Any, Dict, List
 
 import anyio
 import pytest
+from helpers import TIMER_SLACK
 
 from stompfast import AsyncClient, Client, RetryPolicy
 from stompfast._retry import FailureLog, dead_letter_destination, dead_letter_headers
@@ -27,9 +28,6 @@ WAIT = 10
 JOBS = 200
 # Short, exact delays: the tests assert on the schedule, not only the outcome.
 FAST = RetryPolicy(attempts=3, initial_delay=0.05, multiplier=2, jitter=0)
-# uvloop rounds a timer to whole milliseconds and may fire it up to 1 ms early
-# (measured: 0.0496 s for a 0.05 s sleep); a retry that early is still on schedule.
-TIMER_SLACK = 0.002
 
 
 def frames(broker: Broker, command: str) -> List[Dict[str, str]]:

@@ -18,7 +18,8 @@ from urllib.parse import urlsplit
 
 import anyio
 import pytest
-from test_consume_failures import FAST, JOBS, TIMER_SLACK, every_seventh_fails_once
+from helpers import TIMER_SLACK
+from test_consume_failures import FAST, JOBS, every_seventh_fails_once
 
 from stompfast import AsyncClient, Client, Message, ReconnectPolicy, RetryPolicy
 from stompfast.testing import FaultProxy
