@@ -110,7 +110,7 @@ from ._subscription import (
 )
 from ._supervisor import Supervisor
 from ._transaction import AsyncTransaction, SessionTransaction, TransactionOps
-from ._transport import AsyncioTransport, TrioTransport, describe_error
+from ._transport import describe_error
 from .errors import (
     ClientClosedError,
     ConfigurationError,
@@ -327,11 +327,9 @@ class AsyncClient:
         Cheap enough to call every second; the counters cost the client next to
         nothing (docs/observability.md).
         """
-        link = self._link
         replies = self._replies
-        return self._counts.snapshot(
-            link.outbox, link.inbox, len(link.receipts), self._subs.values(), self._registry_lock,
-            late_replies=replies.late if replies is not None else 0,
+        return self._link.snapshot(
+            self._subs.values(), self._registry_lock, late_replies=replies.late if replies is not None else 0
         )
 
     @property
@@ -441,7 +439,7 @@ class AsyncClient:
         # A thread sending directly sees all of the new link or none of it; the
         # replaced link's counts join the client's totals (stats() sees each once).
         with self._registry_lock:
-            self._counts.add_link(self._link.outbox, self._link.inbox)
+            self._link.hand_counts_over()
             self._link = link
         self._supervisor.attach()
         # Acks of this session's messages may go out from now on.
@@ -468,9 +466,9 @@ class AsyncClient:
                 pending.append(link.register(receipt_id))
                 # As on a first SUBSCRIBE: its first MESSAGE confirms it too.
                 sub.confirming = receipt_id
-                link.outbox.queue(data)
+                link.queue(data)
                 self._counts.control += 1
-            link.outbox.write_queued_now()
+            link.write_now()
             with anyio.fail_after(timeout):
                 await self.wait_receipts(pending)
             for sub in self._subs.values():
@@ -556,10 +554,10 @@ class AsyncClient:
         try:
             data, receipt_id = link.protocol.disconnect(receipt=True)
             receipt = link.register(receipt_id)
-            link.outbox.queue(data)
+            link.queue(data)
             self._counts.control += 1
-            await link.outbox.write_queued()
-            if not cancelled or link.inbox.push:
+            await link.write_queued()
+            if not cancelled or link.reads_without_a_task():
                 await receipt.wait()
         except StompError:
             # the connection went down while we were leaving
@@ -581,7 +579,7 @@ class AsyncClient:
             # only end the waits, so that close does not sit out its timeout.
             link.fail_receipts(error)
             return
-        if link.inbox.ending and not isinstance(error, ServerError):
+        if link.ending() and not isinstance(error, ServerError):
             # The broker's ERROR ended this connection and its later ERRORs are being
             # read (a write refused meanwhile is a consequence): that ERROR comes next.
             return
@@ -754,17 +752,9 @@ class AsyncClient:
             data, receipt_id = self._encode_send(destination, body, headers, content_type, receipt, content_length)
             if receipt_id is not None:
                 return await self._send_receipted(data, receipt_id, wait)
-        outbox = link.outbox
-        # outbox.queue, inlined: the hot path
-        if outbox.out_bytes < outbox.write_through_bytes:
-            out = outbox.out
-            out.append(data)
-            outbox.out_bytes += len(data)
-            if len(out) == 1:
-                outbox.wakeup.set()
-        else:
+        if not link.offer(data):
             await self._queue_when_room(data)
-            await self._link.outbox.catch_up()
+            await self._link.catch_up()
         return None
 
     def message_headers(
@@ -794,44 +784,31 @@ class AsyncClient:
         Raises what :meth:`_check_open` raises when the connection went down (or
         the client closed) while waiting.
         """
-        outbox = self._link.outbox
-        if outbox.out_bytes >= outbox.send_buffer_bytes:
-            await outbox.wait_for_room()
+        link = self._link
+        if not link.has_room():
+            await link.wait_for_room()
             self._check_open()
             # The link may have been replaced meanwhile.
-            outbox = self._link.outbox
-        outbox.queue(data)
+            link = self._link
+        link.queue(data)
 
     async def _send_receipted(self, data: bytes, receipt_id: str, wait: bool) -> Receipt:
         link = self._link
         pending = link.register(receipt_id)
-        outbox = link.outbox
-        if wait and not outbox.out and outbox.try_write_frame(data):
-            # Nothing queued ahead of it and the caller is about to block: write
-            # it from this task (no writer wake-up, no extra loop iteration).
+        if wait and link.write_first(data):
+            # Nothing queued ahead of it and the caller is about to block: written
+            # from this task (no writer wake-up, no extra loop iteration).
             await pending.wait()
             return pending
         await self._queue_when_room(data)
         if wait:
-            self._link.outbox.write_queued_now()
+            self._link.write_now()
             await pending.wait()
         return pending
 
     def _queue_ack(self, message: Message) -> bool:
         """The common ACK (no receipt, no transaction) queued now; False if that must wait (the caller awaits)."""
-        link = self._link
-        outbox = link.outbox
-        if self._state is OPEN and outbox.out_bytes < outbox.send_buffer_bytes:
-            data = link.protocol.ack_plain(message)
-            self._counts.acks += 1
-            # outbox.queue, inlined: calling it costs ~5% of a client-ack drain
-            out = outbox.out
-            out.append(data)
-            outbox.out_bytes += len(data)
-            if len(out) == 1:
-                outbox.wakeup.set()
-            return True
-        return False
+        return self._state is OPEN and self._link.queue_ack(message)
 
     def send_nowait(
         self,
@@ -860,20 +837,20 @@ class AsyncClient:
                 raise anyio.WouldBlock
             self._check_open()
         link = self._link
-        outbox = link.outbox
-        if outbox.out_bytes >= outbox.send_buffer_bytes:
+        if not link.has_room():
             raise anyio.WouldBlock
         data, receipt_id = self._encode_send(destination, body, headers, content_type, receipt)
         if receipt_id is None:
-            outbox.queue(data)
-            if outbox.out_bytes >= outbox.write_through_bytes:
-                outbox.write_queued_now()
+            if not link.offer(data):
+                # Past the write-through mark: out now, as a sending task would
+                link.queue(data)
+                link.write_now()
             return None
         pending = link.register(receipt_id)
-        if not outbox.out and outbox.try_write_frame(data):
+        if link.write_first(data):
             return pending
-        outbox.queue(data)
-        outbox.write_queued_now()
+        link.queue(data)
+        link.write_now()
         return pending
 
     def send_from_thread(
@@ -898,12 +875,10 @@ class AsyncClient:
         :meth:`send` does.
         """
         link = self._link
-        transport = link.transport
-        if not isinstance(transport, (AsyncioTransport, TrioTransport)) or not transport.direct_ok:
+        if not link.direct:
             return None
         body, content_type = body_bytes(body, content_type)
         with self._registry_lock:
-            outbox = link.outbox
             if not self._thread_may_write(link):
                 return None
             receipt_id = "t%d" % next(self._thread_receipts)
@@ -911,15 +886,9 @@ class AsyncClient:
             receipt = PendingReceipt(receipt_id, self._loop, monotonic())
             # before anything can complete it
             receipt.add_done_callback(on_done)
-            pending = link.receipts.pending
-            pending[receipt_id] = receipt
-            if not transport.write_from_thread(data):
-                del pending[receipt_id]
+            # (Threads' own counters, under the lock: the loop's are not.)
+            if not link.send_from_thread(data, receipt):
                 return None
-            # Threads' own counters, under the lock: the loop's are not.
-            self._counts.thread_sends += 1
-            self._counts.thread_bytes += len(data)
-            outbox.note_thread_write()
         # After the write: the log takes a lock of its own.
         if frame_log.isEnabledFor(DEBUG):
             link.log_frames(">", data)
@@ -932,15 +901,7 @@ class AsyncClient:
         installs a new one under this lock), open and alive, with nothing queued or
         being written by the loop and no stall under way.
         """
-        outbox = link.outbox
-        return not (
-            self._link is not link
-            or self._state is not OPEN
-            or not link.alive
-            or outbox.out
-            or outbox.writing
-            or link.inbox.stalled
-        )
+        return self._link is link and self._state is OPEN and link.may_write_from_thread()
 
     def ack_from_thread(self, message: Message) -> bool:
         """(Any thread.) The common ACK (no receipt, no transaction, no headers) written by the calling thread.
@@ -956,23 +917,12 @@ class AsyncClient:
         second ack) and knows nothing of its own is queued ahead of it.
         """
         link = self._link
-        transport = link.transport
-        if not isinstance(transport, (AsyncioTransport, TrioTransport)) or not transport.direct_ok:
+        if not link.direct:
             return False
         with self._registry_lock:
-            outbox = link.outbox
-            protocol = link.protocol
-            if message.session is not protocol or not self._thread_may_write(link):
-                return False
-            settled = message.settled
-            data = protocol.ack_plain(message)
-            if not transport.write_from_thread(data):
-                message.settled = settled
-                return False
-            # Threads' own counters, under the lock: the loop's are not.
-            self._counts.thread_acks += 1
-            self._counts.thread_bytes += len(data)
-            outbox.note_thread_write()
+            data = link.ack_from_thread(message) if self._thread_may_write(link) else None
+        if data is None:
+            return False
         if frame_log.isEnabledFor(DEBUG):
             link.log_frames(">", data)
         return True
@@ -1005,7 +955,7 @@ class AsyncClient:
         """
         await self._ensure_open()
         link = self._link
-        pending = list(link.receipts.pending.values())
+        pending = link.outstanding()
         data, receipt_id = link.protocol.probe()
         probe = link.register(receipt_id)
         await self._queue_when_room(data)
@@ -1013,7 +963,7 @@ class AsyncClient:
         # The probe is two frames in one entry: BEGIN and ABORT.
         self._counts.extra_frames += 1
         pending.append(probe)
-        self._link.outbox.write_queued_now()
+        self._link.write_now()
         await self.wait_receipts(pending)
 
     # -- session operations: what subscriptions and transactions ask for (SubscriptionOps, TransactionOps) --
@@ -1093,7 +1043,7 @@ class AsyncClient:
         sub.id = sub_id
         self._subs[sub_id] = sub
         try:
-            pending = self._link.register(receipt_id) if receipt_id is not None else None
+            pending = self._link.expect(receipt_id)
             # Its first MESSAGE confirms it as well as the RECEIPT does: the reader may stop
             # on this subscription's full buffer before the RECEIPT behind it is read.
             sub.confirming = receipt_id
@@ -1111,7 +1061,7 @@ class AsyncClient:
                 if self._link.alive and self._error is None and self._link.protocol.state is SessionState.CONNECTED:
                     try:
                         data, _ = self._link.protocol.unsubscribe(sub_id)
-                        self._link.outbox.queue(data)
+                        self._link.queue(data)
                         self._counts.control += 1
                     except StompError:
                         pass
@@ -1154,11 +1104,11 @@ class AsyncClient:
         del self._subs[sub.id]
         self._counts.received_gone += sub.seq
         data, receipt_id = self._link.protocol.unsubscribe(sub.id, receipt=True, forget=True)
-        pending = self._link.register(receipt_id) if receipt_id is not None else None
+        pending = self._link.expect(receipt_id)
         await self._queue_when_room(data)
         self._counts.control += 1
         if pending is not None:
-            self._link.outbox.write_queued_now()
+            self._link.write_now()
             await pending.wait()
 
     def _check_stale(self, command: str, message: Message) -> None:
@@ -1191,14 +1141,14 @@ class AsyncClient:
         else:
             data, receipt_id = self._link.protocol.nack(message, transaction=transaction, receipt=receipt,
                                                         headers=headers)
-        pending = self._link.register(receipt_id) if receipt_id is not None else None
+        pending = self._link.expect(receipt_id)
         await self._queue_when_room(data)
         if command == "ACK":
             self._counts.acks += 1
         else:
             self._counts.nacks += 1
         if pending is not None:
-            self._link.outbox.write_queued_now()
+            self._link.write_now()
             await pending.wait()
 
     async def ack(
@@ -1394,8 +1344,8 @@ class AsyncClient:
         check_positive("handler_limit", handler_limit)
         link = self._link
         interval = link.protocol.heart_beat[1] / 1000.0 if self._state is OPEN else 0.0
-        silence = self._clock() - link.inbox.last_received if interval else 0.0
-        paused = link.inbox.paused_on is not None
+        silence = link.silence(self._clock()) if interval else 0.0
+        paused = link.reader_paused()
         consumers = [c for c in self._consumers if not c.done.is_set()]
         wedged = sum(c.wedged(handler_limit) for c in consumers)
         running = sum(c.running for c in consumers)
@@ -1436,7 +1386,7 @@ class AsyncClient:
                 with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
                     await consumer.subscription.aclose()
             if self._state is OPEN:
-                pending = list(self._link.receipts.pending.values())
+                pending = self._link.outstanding()
                 with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
                     for receipt in pending:
                         try:
@@ -1495,7 +1445,7 @@ class AsyncClient:
         self._transactions.discard(tx)
         self._check_open()
         data, receipt_id = self._link.protocol.commit(tx_id, receipt=receipt)
-        pending = self._link.register(receipt_id) if receipt_id is not None else None
+        pending = self._link.expect(receipt_id)
         await self._queue_when_room(data)
         self._counts.control += 1
         if pending is not None:

@@ -99,9 +99,9 @@ class Inbox:
             connected, the client's before its first connection; it is closed).
         protocol: the connection's session, which scans the bytes into events.
         subs: the client's subscriptions by id (read, never changed here).
-        receipts: the pending receipts of the connection's
-            :class:`~stompfast._receipt.ReceiptRegistry` (its ``pending`` dict):
-            RECEIPTs and ERRORs naming a receipt resolve (and pop) its entries.
+        take_receipt: the connection's :meth:`ReceiptRegistry.take
+            <stompfast._receipt.ReceiptRegistry.take>`: RECEIPTs and ERRORs naming a
+            receipt take it from there to resolve it.
         rtt: the client's receipt round-trip histogram.
         peer: ``host:port``, for messages.
         clock: the event loop's clock.
@@ -116,7 +116,7 @@ class Inbox:
     """
 
     __slots__ = (
-        "transport", "protocol", "subs", "receipts", "rtt", "peer", "clock", "loop", "stall_timeout",
+        "transport", "protocol", "subs", "take_receipt", "rtt", "peer", "clock", "loop", "stall_timeout",
         "heartbeat_tolerance", "on_failure", "fail_receipts", "log_frames", "push", "closed", "closing",
         "release", "paused_on", "stalled", "stall_handle", "last_received", "watching", "ending", "ending_handle",
         "frames_in", "bytes_in", "received_gone", "receipts_ok", "receipts_failed", "errors",
@@ -128,7 +128,7 @@ class Inbox:
         protocol: StompProtocol,
         *,
         subs: Dict[str, Inlet],
-        receipts: Dict[str, PendingReceipt],
+        take_receipt: Callable[[Optional[str]], Optional[PendingReceipt]],
         rtt: RttHistogram,
         peer: str = "",
         clock: Callable[[], float] = _no_clock,
@@ -142,7 +142,7 @@ class Inbox:
         self.transport = transport
         self.protocol = protocol
         self.subs = subs
-        self.receipts = receipts
+        self.take_receipt = take_receipt
         self.rtt = rtt
         self.peer = peer
         self.clock = clock
@@ -316,7 +316,7 @@ class Inbox:
                 # else: a message for a subscription we left; the broker redelivers
                 # it in client modes, and in auto mode it was unwanted anyway
             elif type(event) is ReceiptReceived:
-                receipt = self.receipts.pop(event.receipt_id, None)
+                receipt = self.take_receipt(event.receipt_id)
                 if receipt is not None:
                     self.receipts_ok += 1
                     self.rtt.record(monotonic() - receipt.sent_at)
@@ -378,7 +378,7 @@ class Inbox:
         docs/errors.md). The connection, the subscriptions and every other pending
         receipt go on untouched.
         """
-        receipt = self.receipts.pop(error.receipt_id, None) if error.receipt_id is not None else None
+        receipt = self.take_receipt(error.receipt_id)
         if receipt is not None:
             self.receipts_failed += 1
             receipt.reject(error)
@@ -400,7 +400,7 @@ class Inbox:
         """
         receipt_id = sub.confirming
         sub.confirming = None
-        receipt = self.receipts.pop(receipt_id, None) if receipt_id is not None else None
+        receipt = self.take_receipt(receipt_id)
         if receipt is not None:
             self.receipts_ok += 1
             self.rtt.record(monotonic() - receipt.sent_at)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import ssl as _ssl
 import threading
 from logging import DEBUG
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union
 
 import anyio
 import anyio.abc
@@ -28,11 +28,11 @@ from ._config import Endpoint
 from ._framelog import FrameLog, frame_log
 from ._inbox import Inbox, read_later_errors
 from ._outbox import WRITE_THROUGH_BYTES, Outbox
-from ._protocol import Connected, ErrorReceived, StompProtocol
+from ._protocol import Connected, ErrorReceived, Message, StompProtocol
 from ._receipt import PendingReceipt, ReceiptRegistry
-from ._stats import Counters
+from ._stats import ClientStats, Counters
 from ._subscription import Inlet
-from ._transport import READ_SIZE, AsyncioTransport, StompTransport, WebSocketSpec, open_transport
+from ._transport import READ_SIZE, AsyncioTransport, StompTransport, TrioTransport, WebSocketSpec, open_transport
 from .errors import (
     ConnectError,
     ConnectionLostError,
@@ -198,7 +198,7 @@ class Link:
 
     __slots__ = (
         "endpoint", "protocol", "transport", "receipts", "outbox", "inbox", "log_frames", "fail_receipts",
-        "scopes", "alive",
+        "scopes", "alive", "counters", "queue", "offer", "direct",
     )
 
     def __init__(
@@ -248,7 +248,7 @@ class Link:
             transport,
             protocol,
             subs=subs,
-            receipts=self.receipts.pending,
+            take_receipt=self.receipts.take,
             rtt=counters.rtt,
             peer=f"{endpoint.host}:{endpoint.port}",
             clock=clock,
@@ -263,6 +263,15 @@ class Link:
         self.scopes: List[anyio.CancelScope] = []
         # Up: opened and not closed since.
         self.alive = transport is not None
+        # The client's counters: what this link's verbs do is counted there.
+        self.counters = counters
+        #: ``queue(data)``: queue encoded bytes for the writer (the caller made room): the outbox's, bound once
+        self.queue = self.outbox.queue
+        #: ``offer(data)``: queue under the write-through mark, else False (the hot paths: one call, not two)
+        self.offer = self.outbox.offer
+        # Whether a thread may write to this transport itself (send_from_thread, ack_from_thread):
+        # not over TLS (its state belongs to the loop) nor a trio WebSocket (direct_ok says so).
+        self.direct = isinstance(transport, (AsyncioTransport, TrioTransport)) and transport.direct_ok
 
     def start(self, tg: anyio.abc.TaskGroup, leftover: List[Any]) -> None:
         """Run this link's tasks in ``tg``: the writer, the heart-beat sender, the liveness watch, the reader.
@@ -308,6 +317,125 @@ class Link:
             inbox.receipts_failed += 1
             return self.receipts.register(receipt_id, inbox.stall_error(inbox.paused_on))
         return self.receipts.register(receipt_id)
+
+    # -- the verbs of a live connection: the client asks these, never the outbox, inbox or receipts --
+
+    def expect(self, receipt_id: Optional[str]) -> Optional[PendingReceipt]:
+        """The pending receipt for a frame encoded with ``receipt_id`` (None: the frame asks for none)."""
+        return None if receipt_id is None else self.register(receipt_id)
+
+    def has_room(self) -> bool:
+        """Whether a frame may be queued now without waiting (``send_buffer_bytes``)."""
+        return self.outbox.has_room()
+
+    async def wait_for_room(self) -> None:
+        """Return once a frame may be queued, or this link is closed (the caller checks which)."""
+        await self.outbox.wait_for_room()
+
+    async def catch_up(self) -> None:
+        """The queue is past the write-through mark: write it out, or let the writer take it."""
+        await self.outbox.catch_up()
+
+    def write_now(self) -> None:
+        """Write what is queued from the calling task, if the transport takes it at once (before a wait)."""
+        self.outbox.write_queued_now()
+
+    def write_first(self, data: bytes) -> bool:
+        """Write ``data`` from the calling task, unqueued, if nothing is queued ahead and the transport takes it."""
+        outbox = self.outbox
+        return not outbox.out and outbox.try_write_frame(data)
+
+    def queue_ack(self, message: Message) -> bool:
+        """The common ACK of ``message`` (no receipt, no transaction) queued now; False: no room (nothing done).
+
+        Encoded only once there is room: encoding marks the message settled.
+        """
+        outbox = self.outbox
+        if outbox.out_bytes < outbox.send_buffer_bytes:
+            outbox.queue(self.protocol.ack_plain(message))
+            self.counters.acks += 1
+            return True
+        return False
+
+    def outstanding(self) -> List[PendingReceipt]:
+        """The receipts this connection awaits now (a copy)."""
+        return self.receipts.outstanding()
+
+    def silence(self, now: float) -> float:
+        """Seconds since the broker last sent anything, at ``now`` (the loop's clock)."""
+        return now - self.inbox.last_received
+
+    def reader_paused(self) -> bool:
+        """Whether a full subscription stops the reader now."""
+        return self.inbox.paused_on is not None
+
+    def ending(self) -> bool:
+        """Whether the broker's ERROR ended this connection and its later ERRORs are being read."""
+        return self.inbox.ending
+
+    def reads_without_a_task(self) -> bool:
+        """Whether frames are read from the transport's callbacks (asyncio), not by a reader task."""
+        return self.inbox.push
+
+    async def write_queued(self) -> None:
+        """Write what is queued from the calling task and wait for the transport (a DISCONNECT on the way out)."""
+        await self.outbox.write_queued()
+
+    def hand_counts_over(self) -> None:
+        """(Under the registry lock.) This link is replaced: what its outbox and inbox counted joins the totals."""
+        self.counters.add_link(self.outbox, self.inbox)
+
+    def snapshot(self, subs: Iterable[Inlet], lock: threading.Lock, late_replies: int) -> ClientStats:
+        """The client's :class:`~stompfast.ClientStats` with this link's counts and gauges."""
+        return self.counters.snapshot(self.outbox, self.inbox, len(self.receipts), subs, lock,
+                                      late_replies=late_replies)
+
+    # -- a blocking client's threads write their own frames (under the client's registry lock) --
+
+    def may_write_from_thread(self) -> bool:
+        """(Under the registry lock.) Whether a thread's frame written now is the next on this link's wire.
+
+        Alive, a transport a thread may write to, nothing queued or being written
+        by the loop, no stall under way.
+        """
+        return self.alive and self.direct and self.outbox.idle() and not self.inbox.stalled
+
+    def send_from_thread(self, data: bytes, receipt: PendingReceipt) -> bool:
+        """(Under the registry lock, :meth:`may_write_from_thread` true.) Write a receipted SEND from this thread.
+
+        ``receipt`` is kept before the write (its RECEIPT may come at once);
+        False, having kept nothing: the transport did not take it all.
+        """
+        self.receipts.adopt(receipt)
+        if not self.transport.write_from_thread(data):  # type: ignore[union-attr]  # (direct: it has one)
+            self.receipts.take(receipt.receipt_id)
+            return False
+        counters = self.counters
+        counters.thread_sends += 1
+        counters.thread_bytes += len(data)
+        self.outbox.note_thread_write()
+        return True
+
+    def ack_from_thread(self, message: Message) -> Optional[bytes]:
+        """(Under the registry lock, :meth:`may_write_from_thread` true.) ``message``'s plain ACK, by this thread.
+
+        Returns the bytes written; None, having sent nothing and left the message
+        as it was: it is of another connection, or the transport did not take the ACK.
+        """
+        protocol = self.protocol
+        if message.session is not protocol:
+            return None
+        settled = message.settled
+        data: bytes = protocol.ack_plain(message)
+        if not self.transport.write_from_thread(data):  # type: ignore[union-attr]  # (direct: it has one)
+            # The mark the encoding took goes back, so that the queued ACK that follows can take it
+            message.settled = settled
+            return None
+        counters = self.counters
+        counters.thread_acks += 1
+        counters.thread_bytes += len(data)
+        self.outbox.note_thread_write()
+        return data
 
     def expect_eof(self) -> None:
         """Our close is under way: an EOF from now on ends it, it is not a loss."""

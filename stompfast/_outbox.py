@@ -128,6 +128,29 @@ class Outbox:
         if len(out) == 1:
             self.wakeup.set()
 
+    def offer(self, data: bytes) -> bool:
+        """Queue ``data`` if the queue is under the write-through mark (the hot path of a plain SEND or ACK).
+
+        False, having queued nothing: the caller first waits for room or lets the
+        queue be written (``catch_up``).
+        """
+        if self.out_bytes < self.write_through_bytes:
+            out = self.out
+            out.append(data)
+            self.out_bytes += len(data)
+            if len(out) == 1:
+                self.wakeup.set()
+            return True
+        return False
+
+    def has_room(self) -> bool:
+        """Whether a sender may queue now (the queue holds less than ``send_buffer_bytes``)."""
+        return self.out_bytes < self.send_buffer_bytes
+
+    def idle(self) -> bool:
+        """Nothing queued and nothing being written: a frame written now by another writer is the next on the wire."""
+        return not self.out and not self.writing
+
     def write_queued_now(self) -> None:
         """Write everything queued from the calling task, if the transport can take it at once.
 

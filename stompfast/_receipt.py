@@ -166,6 +166,20 @@ class ReceiptRegistry:
             self.pending[receipt_id] = receipt
         return receipt
 
+    def take(self, receipt_id: Optional[str]) -> Optional[PendingReceipt]:
+        """The receipt awaiting ``receipt_id``, forgotten here (None: none is): the inbox resolves it."""
+        if receipt_id is None:
+            return None
+        return self.pending.pop(receipt_id, None)
+
+    def adopt(self, receipt: PendingReceipt) -> None:
+        """(Under the lock.) Keep ``receipt``, made by a thread that writes its frame itself."""
+        self.pending[receipt.receipt_id] = receipt
+
+    def outstanding(self) -> List[PendingReceipt]:
+        """The receipts awaited now (a copy)."""
+        return list(self.pending.values())
+
     def fail(self, error: BaseException) -> int:
         """Fail every pending receipt with ``error``, forget them, and return how many there were.
 
