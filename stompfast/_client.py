@@ -81,10 +81,10 @@ import anyio.abc
 import anyio.lowlevel
 import sniffio
 
-from ._brokers import MAX_TTL, broker_of, check_selector, reply_destination
+from ._brokers import broker_of, check_selector, reply_destination
 from ._common import RETRYABLE, body_bytes, conn_log, copy_error, log, where
 from ._config import Endpoint, check_positive
-from ._consumer import DEFAULT_RETRY, AsyncConsumer, OnError, check_consume_options, warn_if_nack_loses
+from ._consumer import DEFAULT_RETRY, AsyncConsumer, ConsumerSet, OnError, check_consume_options, warn_if_nack_loses
 from ._framelog import frame_log
 from ._health import DrainReport, Health
 from ._lifecycle import CLOSED, CLOSING, CONNECTING, FAILED, NEW, OPEN, RECONNECTING, ClientState, advance, describe
@@ -97,8 +97,8 @@ from ._options import (
     tls_options,
 )
 from ._protocol import Message, SessionState, check_destination
-from ._receipt import PendingReceipt, Receipt
-from ._request import ReplyChannel, reply_to
+from ._receipt import PendingReceipt, Receipt, await_receipts
+from ._request import ReplyChannel, Requester, reply_to
 from ._stats import ClientStats, Counters
 from ._subscription import (
     DEFAULT_BUFFER_SIZE,
@@ -116,7 +116,6 @@ from .errors import (
     ConfigurationError,
     ConnectionLostError,
     ConnectTimeout,
-    RequestTimeout,
     ServerError,
     StaleMessageError,
     StompError,
@@ -286,10 +285,10 @@ class AsyncClient:
         self._sub_ops: Optional[SubscriptionOps] = None
         # The session acks may go to (the subscriptions' fast stale test).
         self._live = LiveSession()
-        # The running consume()s (health and drain look at them).
-        self._consumers: Set[AsyncConsumer] = set()
-        # Where replies to request() come (made at the first request).
-        self._replies: Optional[ReplyChannel] = None
+        # The consume()s (health and drain look at them).
+        self._consumers = ConsumerSet()
+        # The request/reply service (made at the first request).
+        self._requests: Optional[Requester] = None
 
     @property
     def version(self) -> Optional[str]:
@@ -327,9 +326,9 @@ class AsyncClient:
         Cheap enough to call every second; the counters cost the client next to
         nothing (docs/observability.md).
         """
-        replies = self._replies
+        requests = self._requests
         return self._link.snapshot(
-            self._subs.values(), self._registry_lock, late_replies=replies.late if replies is not None else 0
+            self._subs.values(), self._registry_lock, late_replies=requests.late if requests is not None else 0
         )
 
     @property
@@ -624,8 +623,8 @@ class AsyncClient:
             self._state = advance(self._state, RECONNECTING)
         lost = link.close(error)
         # A reply would go to a destination of the lost connection.
-        if self._replies is not None:
-            self._replies.fail_all(error)
+        if self._requests is not None:
+            self._requests.fail_all(error)
         lost = lost._replace(
             dropped_messages=drop_unacked(self._subs.values()), aborted_transactions=self._lose_transactions(error)
         )
@@ -1227,7 +1226,6 @@ class AsyncClient:
         consumer = AsyncConsumer(
             sub, handler, concurrency=concurrency, on_error=on_error, publish=self._publish_confirmed, clock=monotonic
         )
-        self._consumers = {c for c in self._consumers if not c.done.is_set()}
         self._consumers.add(consumer)
         assert self._tg is not None
         consumer.start(self._tg)
@@ -1267,51 +1265,18 @@ class AsyncClient:
             LocalProtocolError: the request cannot be expressed (nothing was sent).
         """
         check_positive("timeout", timeout)
-        channel = self._replies
-        # Open (its ready event set, no error): no wait, not even a checkpoint.
-        if channel is None or not channel.ready.is_set() or channel.error is not None:
-            channel = await self._reply_channel()
-        correlation_id, pending = channel.expect()
-        request_headers = dict(headers) if headers else {}
-        request_headers["reply-to"] = channel.destination
-        request_headers["correlation-id"] = correlation_id
-        try:
-            # It expires when the requester stops waiting for its reply
-            await self.send(
-                destination, body, headers=request_headers, content_type=content_type, ttl=min(timeout, MAX_TTL)
-            )
-            reply = await pending.wait(timeout)
-        finally:
-            channel.forget(correlation_id)
-        if reply is None:
-            raise RequestTimeout(
-                f"no reply from {destination!r} within {timeout:g} s (correlation-id {correlation_id})",
-                destination=destination, correlation_id=correlation_id, timeout=timeout,
-            )
-        return reply
+        requests = self._requests
+        if requests is None:
+            requests = self._requests = Requester(self.send, self._ensure_open, self._reply_channel)
+        return await requests.request(destination, body, timeout=timeout, headers=headers, content_type=content_type)
 
-    async def _reply_channel(self) -> ReplyChannel:
-        """This client's reply channel, opened at the first request (concurrent first requests share it)."""
-        channel = self._replies
-        if channel is None:
-            await self._ensure_open()
-            destination, implicit = reply_destination(self._link.protocol.broker, uuid.uuid4().hex[:16])
-            sub = AsyncSubscription(
-                self._ops(), destination, "auto", None, DEFAULT_BUFFER_SIZE, True, None, implicit=implicit
-            )
-            channel = self._replies = ReplyChannel(destination, sub, self._loop)
-            try:
-                await sub.__aenter__()
-            except BaseException as exc:
-                self._replies = None
-                channel.not_opened(exc)
-                raise
-            channel.opened()
-        else:
-            await channel.ready.wait()
-            if channel.error is not None:
-                raise copy_error(channel.error)
-        return channel
+    def _reply_channel(self) -> ReplyChannel:
+        """A reply channel on the live connection, of the kind its broker offers (the Requester enters it)."""
+        destination, implicit = reply_destination(self._link.protocol.broker, uuid.uuid4().hex[:16])
+        sub = AsyncSubscription(
+            self._ops(), destination, "auto", None, DEFAULT_BUFFER_SIZE, True, None, implicit=implicit
+        )
+        return ReplyChannel(destination, sub, self._loop)
 
     async def reply(
         self,
@@ -1346,9 +1311,7 @@ class AsyncClient:
         interval = link.protocol.heart_beat[1] / 1000.0 if self._state is OPEN else 0.0
         silence = link.silence(self._clock()) if interval else 0.0
         paused = link.reader_paused()
-        consumers = [c for c in self._consumers if not c.done.is_set()]
-        wedged = sum(c.wedged(handler_limit) for c in consumers)
-        running = sum(c.running for c in consumers)
+        running, wedged = self._consumers.handlers(handler_limit)
         return Health(
             state=describe(self._state, self._error),
             connected=self._state is OPEN,
@@ -1371,29 +1334,8 @@ class AsyncClient:
         """
         check_positive("timeout", timeout)
         deadline = anyio.current_time() + timeout
-        consumers = [c for c in self._consumers if not c.done.is_set()]
-        for consumer in consumers:
-            consumer.stop_taking()
-        unhandled = 0
-        with anyio.move_on_after(timeout):
-            for consumer in consumers:
-                await consumer.done.wait()
-        unfinished = sum(c.running for c in consumers)
-        unconfirmed = 0
-        with anyio.CancelScope(shield=True):
-            for consumer in consumers:
-                unhandled += consumer.subscription.pending
-                with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
-                    await consumer.subscription.aclose()
-            if self._state is OPEN:
-                pending = self._link.outstanding()
-                with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
-                    for receipt in pending:
-                        try:
-                            await receipt.wait()
-                        except StompError:
-                            pass
-                unconfirmed = sum(1 for receipt in pending if not receipt.done())
+        unfinished, unhandled = await self._consumers.finish(deadline)
+        unconfirmed = await await_receipts(self._link.outstanding(), deadline) if self._state is OPEN else 0
         await self.aclose()
         return DrainReport(
             handlers_unfinished=unfinished, messages_unhandled=unhandled, receipts_unconfirmed=unconfirmed

@@ -40,7 +40,8 @@ from ._subscription import AsyncSubscription
 from .errors import ClientClosedError, ConfigurationError, LocalProtocolError, StaleMessageError, StompError
 
 __all__ = [
-    "AsyncConsumer", "ConsumerStats", "Failure", "Nack", "check_consume_options", "failure_step", "warn_if_nack_loses",
+    "AsyncConsumer", "ConsumerSet", "ConsumerStats", "Failure", "Nack", "check_consume_options", "failure_step",
+    "warn_if_nack_loses",
 ]
 
 log = logging.getLogger("stompfast")
@@ -453,3 +454,48 @@ class AsyncConsumer:
             f" handled={self.handled} running={self.running}>"
         )
 
+
+
+class ConsumerSet:
+    """A client's consumers (its ``consume()`` calls): what ``health()`` looks at and ``drain()`` finishes."""
+
+    __slots__ = ("_consumers",)
+
+    def __init__(self) -> None:
+        self._consumers: Set[AsyncConsumer] = set()
+
+    def add(self, consumer: AsyncConsumer) -> None:
+        """Keep ``consumer`` (and forget the ones that are done)."""
+        self._consumers = {c for c in self._consumers if not c.done.is_set()}
+        self._consumers.add(consumer)
+
+    def live(self) -> List[AsyncConsumer]:
+        """The consumers not done yet."""
+        return [c for c in self._consumers if not c.done.is_set()]
+
+    def handlers(self, limit: float) -> Tuple[int, int]:
+        """Handlers running now, and how many of them have run for more than ``limit`` seconds."""
+        consumers = self.live()
+        return sum(c.running for c in consumers), sum(c.wedged(limit) for c in consumers)
+
+    async def finish(self, deadline: float) -> Tuple[int, int]:
+        """Stop every consumer taking, let the running handlers finish, leave the subscriptions, by ``deadline``.
+
+        Returns the handlers still unfinished at ``deadline`` and the messages buffered
+        and never handled (UNSUBSCRIBE: the broker redelivers them). Leaving is
+        shielded: a drain that is cancelled still leaves its subscriptions.
+        """
+        consumers = self.live()
+        for consumer in consumers:
+            consumer.stop_taking()
+        with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+            for consumer in consumers:
+                await consumer.done.wait()
+        unfinished = sum(c.running for c in consumers)
+        unhandled = 0
+        with anyio.CancelScope(shield=True):
+            for consumer in consumers:
+                unhandled += consumer.subscription.pending
+                with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+                    await consumer.subscription.aclose()
+        return unfinished, unhandled

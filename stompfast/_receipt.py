@@ -12,8 +12,9 @@ from typing import Any, Callable, Dict, List, Optional
 import anyio
 
 from ._common import copy_error
+from .errors import StompError
 
-__all__ = ["PendingReceipt", "Receipt", "ReceiptRegistry"]
+__all__ = ["PendingReceipt", "Receipt", "ReceiptRegistry", "await_receipts"]
 
 
 class Receipt:
@@ -192,3 +193,18 @@ class ReceiptRegistry:
         for receipt in receipts:
             receipt.reject(error)
         return len(receipts)
+
+
+async def await_receipts(receipts: List[PendingReceipt], deadline: float) -> int:
+    """Wait for ``receipts`` until ``deadline`` (the loop's clock; shielded); how many were still unconfirmed.
+
+    A refused or lost one counts as done: the wait is for the broker's answer, not a success.
+    """
+    with anyio.CancelScope(shield=True):
+        with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+            for receipt in receipts:
+                try:
+                    await receipt.wait()
+                except StompError:
+                    pass
+    return sum(1 for receipt in receipts if not receipt.done())

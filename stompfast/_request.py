@@ -5,7 +5,8 @@ reply destination, of the kind its broker offers: :func:`~stompfast._brokers.rep
 and a fresh ``correlation-id``, and waits for the reply that carries it back.
 :class:`ReplyChannel` owns the reply subscription and the pending requests by
 correlation id; the reader hands each reply to its request as it arrives (no
-task in between). A reply nobody waits for (it came after its request timed out) is
+task in between); :class:`Requester` is the service itself, opening the channel at
+the first request. A reply nobody waits for (it came after its request timed out) is
 dropped and counted. When the connection is lost, every pending request fails
 with that error: its reply would go to a destination of the lost connection.
 """
@@ -14,16 +15,17 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple
 
 import anyio
 
+from ._brokers import MAX_TTL
 from ._common import copy_error
 from ._events import Message
 from ._subscription import AsyncSubscription
-from .errors import ClientClosedError, LocalProtocolError
+from .errors import ClientClosedError, LocalProtocolError, RequestTimeout
 
-__all__ = ["PendingReply", "ReplyChannel", "reply_to"]
+__all__ = ["PendingReply", "ReplyChannel", "Requester", "reply_to"]
 
 
 def reply_to(request: Message, headers: Optional[Mapping[str, Any]]) -> Tuple[str, Dict[str, Any]]:
@@ -161,3 +163,85 @@ class ReplyChannel:
         pending, self.pending = self.pending, {}
         for waiter in pending.values():
             waiter.fail(error)
+
+
+class Requester:
+    """A client's request/reply service: :meth:`request` over the reply channel it opens at the first request.
+
+    Args:
+        send: the client's ``send`` (the request goes out as any message does).
+        ensure_open: the client's wait for a live connection (raises when there is none).
+        new_channel: the client's reply channel on the live connection (its
+            subscription not entered yet): made at the first request.
+    """
+
+    __slots__ = ("_send", "_ensure_open", "_new_channel", "_channel")
+
+    def __init__(
+        self,
+        send: Callable[..., Awaitable[Any]],
+        ensure_open: Callable[[], Awaitable[None]],
+        new_channel: Callable[[], ReplyChannel],
+    ) -> None:
+        self._send = send
+        self._ensure_open = ensure_open
+        self._new_channel = new_channel
+        self._channel: Optional[ReplyChannel] = None
+
+    @property
+    def late(self) -> int:
+        """Replies that came after their request gave up (dropped)."""
+        return self._channel.late if self._channel is not None else 0
+
+    def fail_all(self, error: BaseException) -> None:
+        """The connection ended: every pending request fails with ``error``; the next request opens a new channel."""
+        if self._channel is not None:
+            self._channel.fail_all(error)
+
+    async def request(
+        self, destination: str, body: Any, *, timeout: float, headers: Optional[Mapping[str, Any]],
+        content_type: Optional[str],
+    ) -> Message:
+        """Send a request with ``reply-to`` and a fresh ``correlation-id``; the reply (AsyncClient.request)."""
+        channel = self._channel
+        # Open (its ready event set, no error): no wait, not even a checkpoint.
+        if channel is None or not channel.ready.is_set() or channel.error is not None:
+            channel = await self._open()
+        correlation_id, pending = channel.expect()
+        request_headers = dict(headers) if headers else {}
+        request_headers["reply-to"] = channel.destination
+        request_headers["correlation-id"] = correlation_id
+        try:
+            # It expires when the requester stops waiting for its reply
+            await self._send(
+                destination, body, headers=request_headers, content_type=content_type, ttl=min(timeout, MAX_TTL)
+            )
+            reply = await pending.wait(timeout)
+        finally:
+            channel.forget(correlation_id)
+        if reply is None:
+            raise RequestTimeout(
+                f"no reply from {destination!r} within {timeout:g} s (correlation-id {correlation_id})",
+                destination=destination, correlation_id=correlation_id, timeout=timeout,
+            )
+        return reply
+
+    async def _open(self) -> ReplyChannel:
+        """The reply channel, opened at the first request (concurrent first requests share it)."""
+        if self._channel is None:
+            await self._ensure_open()
+        channel = self._channel
+        if channel is None:
+            channel = self._channel = self._new_channel()
+            try:
+                await channel.subscription.__aenter__()
+            except BaseException as exc:
+                self._channel = None
+                channel.not_opened(exc)
+                raise
+            channel.opened()
+        else:
+            await channel.ready.wait()
+            if channel.error is not None:
+                raise copy_error(channel.error)
+        return channel
