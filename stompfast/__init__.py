@@ -7,6 +7,7 @@ from ._health import DrainReport, Health
 from ._protocol import Message, OversizedMessage
 from ._reconnect import ConnectionEvent, ReconnectPolicy
 from ._retry import RetryPolicy
+from ._scanner import IMPLEMENTATION as _IMPLEMENTATION
 from ._scanner import FrameScanner, encode_frame
 from ._stats import ClientStats, RttSummary
 from ._subscription import AsyncSubscription
@@ -42,6 +43,10 @@ from .errors import (
 from .frames import Frame
 
 __version__ = "0.1.0.dev0"
+
+SCANNER_IMPLEMENTATION: str = _IMPLEMENTATION
+"""The frame scanner this process loaded: ``"c"`` (the compiled one, the default) or ``"python"``
+(its pure-Python twin: ``STOMPFAST_NO_EXTENSIONS=1``, or an install without a C compiler)."""
 
 import logging as _logging
 import types as _types
@@ -93,6 +98,7 @@ __all__ = [
     "RequestTimeout",
     "RetryPolicy",
     "RttSummary",
+    "SCANNER_IMPLEMENTATION",
     "ServerError",
     "StaleMessageError",
     "StompConnectionError",
