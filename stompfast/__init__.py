@@ -7,8 +7,7 @@ from ._health import DrainReport, Health
 from ._protocol import Message, OversizedMessage
 from ._reconnect import ConnectionEvent, ReconnectPolicy
 from ._retry import RetryPolicy
-from ._scanner import IMPLEMENTATION as _IMPLEMENTATION
-from ._scanner import FrameScanner, encode_frame
+from ._scanner import IMPLEMENTATION as _IMPLEMENTATION, FrameScanner, encode_frame
 from ._stats import ClientStats, RttSummary
 from ._subscription import AsyncSubscription
 from ._sync import Client, Portal, ReceiptFuture, Subscription, SyncMessage, Transaction
