@@ -43,10 +43,6 @@ from .frames import Frame
 
 __version__ = "0.1.0.dev0"
 
-SCANNER_IMPLEMENTATION: str = _IMPLEMENTATION
-"""The frame scanner this process loaded: ``"c"`` (the compiled one, the default) or ``"python"``
-(its pure-Python twin: ``STOMPFAST_NO_EXTENSIONS=1``, or an install without a C compiler)."""
-
 import logging as _logging
 import types as _types
 
@@ -54,6 +50,10 @@ import types as _types
 # (not even WARNINGs through logging's last resort); configure logging to see the
 # records of "stompfast.client" and "stompfast.reconnect" (docs/client.md, Logging).
 _logging.getLogger("stompfast").addHandler(_logging.NullHandler())
+
+SCANNER_IMPLEMENTATION: str = _IMPLEMENTATION
+"""The frame scanner this process loaded: ``"c"`` (the compiled one, the default) or ``"python"``
+(its pure-Python twin: ``STOMPFAST_NO_EXTENSIONS=1``, or an install without a C compiler)."""
 
 __all__ = [
     "AlreadySettledError",
