@@ -20,6 +20,7 @@ import pytest
 from stompfast._config import Endpoint
 from stompfast._link import Link, LinkSettings, Lost
 from stompfast._protocol import SessionState, StompProtocol
+from stompfast._receipt import PendingReceipt
 from stompfast._stats import Counters
 from stompfast._subscription import Inlet, drop_unacked
 from stompfast.errors import ConnectionLostError
@@ -160,3 +161,114 @@ def test_a_lost_links_client_ack_buffers_are_dropped_and_auto_ones_kept():
     assert drop_unacked([auto, client, individual]) == 4
     assert len(auto.messages) == 2 and not client.messages and not individual.messages
     assert all(inlet.space is None for inlet in (auto, client, individual))
+
+
+# -- the verbs the client asks of a live link -------------------------------------------------
+
+
+class DirectTransport(ScriptedTransport):
+    """A scripted transport a thread may write to; ``takes`` says whether it takes the next write whole."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.takes = True
+        self.thread_writes: List[bytes] = []
+
+    def write_from_thread(self, data: bytes) -> bool:
+        if self.takes:
+            self.thread_writes.append(bytes(data))
+        return self.takes
+
+
+def small(send_buffer_bytes: int) -> LinkSettings:
+    return LinkSettings(
+        ssl=None, server_hostname=None, connect_timeout=5.0, websocket_max_message_bytes=65536,
+        send_buffer_bytes=send_buffer_bytes, stall_timeout=60.0, heartbeat_tolerance=3.0, protocol_options={},
+    )
+
+
+def delivered(protocol: StompProtocol) -> Any:
+    """A MESSAGE of a client-individual subscription of ``protocol``, as the inbox hands it on."""
+    protocol.subscribe("/queue/a", ack="client-individual", id="0")
+    (message,) = protocol.receive_data(
+        b"MESSAGE\ndestination:/queue/a\nmessage-id:m1\nsubscription:0\nack:a1\n\nbody\x00"
+    )
+    return message
+
+
+async def test_offer_queues_under_the_write_through_mark_and_has_room_says_when_a_sender_must_wait():
+    counters = Counters()
+    link = Link(Endpoint("broker", 61613), connected(), ScriptedTransport(), settings=small(100), subs={},
+                counters=counters, lock=threading.Lock(), clock=anyio.current_time)
+    assert link.offer(b"x" * 60) and link.offer(b"y" * 60)
+    # past the mark (here the send buffer): refused, nothing queued
+    assert not link.offer(b"z") and not link.has_room()
+    link.queue(b"z")
+    assert link.outbox.out == [b"x" * 60, b"y" * 60, b"z"]
+
+
+async def test_queue_ack_encodes_and_counts_only_when_there_is_room():
+    counters, protocol = Counters(), connected()
+    link = Link(Endpoint("broker", 61613), protocol, ScriptedTransport(), settings=small(100), subs={},
+                counters=counters, lock=threading.Lock(), clock=anyio.current_time)
+    message = delivered(protocol)
+    link.queue(b"x" * 100)
+    # no room: nothing encoded, so the message is not marked settled and can be acked later
+    assert not link.queue_ack(message) and message.settled is None and counters.acks == 0
+    link.outbox.drop()
+    assert link.queue_ack(message)
+    assert link.outbox.out == [b"ACK\nid:a1\n\n\x00"] and counters.acks == 1
+
+
+async def test_expect_registers_a_receipt_only_for_a_frame_that_asks_for_one():
+    link = make(ScriptedTransport(), connected(), [])
+    assert link.expect(None) is None and link.outstanding() == []
+    pending = link.expect("r-1")
+    assert link.outstanding() == [pending]
+    lost = ConnectionLostError("gone")
+    link.close(lost)
+    assert pending.error is lost and link.outstanding() == []
+
+
+async def test_a_threads_send_keeps_its_receipt_only_when_the_transport_took_the_frame():
+    transport, counters = DirectTransport(), Counters()
+    link = make(transport, connected(), [], counters)
+    # a scripted transport is not one a thread may write to; this one stands for asyncio's
+    link.direct = True
+    assert link.may_write_from_thread()
+    refused = PendingReceipt("t1")
+    transport.takes = False
+    assert not link.send_from_thread(b"SEND\nreceipt:t1\n\n\x00", refused)
+    assert link.outstanding() == [] and counters.thread_sends == 0
+    transport.takes = True
+    taken = PendingReceipt("t2")
+    assert link.send_from_thread(b"SEND\nreceipt:t2\n\n\x00", taken)
+    assert link.outstanding() == [taken] and counters.thread_sends == 1
+    assert transport.thread_writes == [b"SEND\nreceipt:t2\n\n\x00"]
+
+
+async def test_a_threads_ack_gives_the_message_its_mark_back_when_the_transport_refuses():
+    transport, counters, protocol = DirectTransport(), Counters(), connected()
+    link = make(transport, protocol, [], counters)
+    link.direct = True
+    message = delivered(protocol)
+    transport.takes = False
+    assert link.ack_from_thread(message) is None
+    # unsettled again: the queued ACK that follows may take the mark
+    assert message.settled is None and counters.thread_acks == 0
+    transport.takes = True
+    assert link.ack_from_thread(message) == b"ACK\nid:a1\n\n\x00" and counters.thread_acks == 1
+    # a message of another session is not this link's to ack
+    assert link.ack_from_thread(delivered(connected())) is None
+
+
+async def test_a_thread_may_write_only_to_an_idle_live_direct_link():
+    link = make(DirectTransport(), connected(), [])
+    assert not link.may_write_from_thread()  # not a transport threads may write to
+    link.direct = True
+    assert link.may_write_from_thread()
+    link.queue(b"frame")
+    assert not link.may_write_from_thread()  # the loop's frame is first
+    link.outbox.drop()
+    link.close(ConnectionLostError("gone"))
+    assert not link.may_write_from_thread()
