@@ -85,10 +85,11 @@ from ._brokers import broker_of, check_selector, reply_destination
 from ._common import RETRYABLE, body_bytes, conn_log, copy_error, log, where
 from ._config import Endpoint, check_positive
 from ._consumer import DEFAULT_RETRY, AsyncConsumer, ConsumerSet, OnError, check_consume_options, warn_if_nack_loses
+from ._ending import ENDINGS, Ending
 from ._framelog import frame_log
 from ._health import DrainReport, Health
 from ._lifecycle import CLOSED, CLOSING, CONNECTING, FAILED, NEW, OPEN, RECONNECTING, ClientState, advance, describe
-from ._link import Link, LinkSettings, open_link
+from ._link import Link, LinkSettings, Lost, open_link
 from ._options import (
     ClientOptions,
     endpoints_and_policy,
@@ -412,12 +413,10 @@ class AsyncClient:
             if self._supervisor.policy.enabled:
                 self._supervisor.start(tg)
         except BaseException as exc:
-            # An aclose() from another task that began meanwhile ends in CLOSED itself.
-            if self._state is CONNECTING:
-                self._state = advance(self._state, CLOSED)
-            self._live.protocol = None
+            # (An aclose() from another task that began meanwhile ends in CLOSED itself.)
             link = self._link
-            link.close(exc if isinstance(exc, StompError) else ClientClosedError("the client is closed"))
+            closed = exc if isinstance(exc, StompError) else ClientClosedError("the client is closed")
+            self._end(Ending.CONNECT_FAILED, closed, link)
             # The task group must be left outside any scope entered after it.
             self._tg = None
             tg.cancel_scope.cancel()
@@ -528,20 +527,8 @@ class AsyncClient:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(self._disconnect_timeout):
                     await self._disconnect(link, cancelled)
         finally:
-            closed = ClientClosedError("the client is closed")
-            error = self._error or closed
-            link.fail_receipts(error)
-            for sub in list(self._subs.values()):
-                sub.close(self._error)
-                self._counts.received_gone += sub.seq
-            self._subs.clear()
-            self._error = error
-            self._live.protocol = None
-            self._lose_transactions(error)
-            self._supervisor.stop()
-            link.close(error, release=True)
+            self._end(Ending.CLOSED, self._error or ClientClosedError("the client is closed"), link)
             await link.aclose()
-            self._state = advance(self._state, CLOSED)
 
     async def _disconnect(self, link: Link, cancelled: bool) -> None:
         """DISCONNECT with a receipt on ``link``, written from this task, and wait for the receipt.
@@ -592,18 +579,8 @@ class AsyncClient:
             return
         if self._state is OPEN and conn_log.isEnabledFor(logging.WARNING):
             conn_log.warning("connection to %s failed: %s", where(self.endpoint), describe_error(error))
-        self._error = error
-        # During the first connect the state stays CONNECTING: connect() is about to raise and close.
-        if self._state in (OPEN, RECONNECTING):
-            self._state = advance(self._state, FAILED)
-        if link.alive:
-            self._counts.losses += 1
-        self._live.protocol = None
-        link.close(error, release=True)
-        for sub in self._subs.values():
-            sub.close(error)
-        self._lose_transactions(error)
-        self._supervisor.stop()
+        # (During the first connect the state stays CONNECTING: connect() is about to raise and close.)
+        self._end(Ending.FAILED, error)
 
     def _link_down(self, error: BaseException) -> None:
         """The current link failed but the client goes on: close it, wake the supervisor.
@@ -613,30 +590,56 @@ class AsyncClient:
         are discarded (the broker redelivers them, and acking them on a new
         session would be wrong); open transactions are aborted and told.
         """
-        link = self._link
-        if not link.alive:
-            return
-        self._live.protocol = None
-        self._counts.losses += 1
-        was_up = self._state is OPEN
-        if was_up:
-            self._state = advance(self._state, RECONNECTING)
-        lost = link.close(error)
-        # A reply would go to a destination of the lost connection.
-        if self._requests is not None:
-            self._requests.fail_all(error)
-        lost = lost._replace(
-            dropped_messages=drop_unacked(self._subs.values()), aborted_transactions=self._lose_transactions(error)
-        )
-        self._supervisor.link_lost(link, lost, was_up=was_up)
+        if self._link.alive:
+            self._end(Ending.LOST, error)
 
     def _give_up(self, error: BaseException) -> None:
         """No reconnect attempt left: fail the client for good with ``error``."""
-        self._error = error
-        self._state = advance(self._state, FAILED)
-        self._link.fail_receipts(error)
-        for sub in self._subs.values():
-            sub.close(error)
+        self._end(Ending.GAVE_UP, error)
+
+    def _end(self, ending: Ending, error: BaseException, link: Optional[Link] = None) -> Lost:
+        """The one teardown: the steps ``ENDINGS[ending]`` asks for, in their order (:mod:`._ending`).
+
+        ``link``: the one that ends (default: the current one; a close names the link it
+        began with). Returns what the link lost (empty when the row keeps the link).
+        """
+        steps = ENDINGS[ending]
+        if link is None:
+            link = self._link
+        # A clean close ends the subscriptions without an error; a client that failed, with its error.
+        sub_error = self._error if steps.subscriptions == "close-and-forget" else error
+        was_up = self._state is OPEN
+        if steps.record_error:
+            self._error = error
+        target = steps.moves.get(self._state)
+        if target is not None:
+            self._state = advance(self._state, target)
+        if steps.count_loss and link.alive:
+            self._counts.losses += 1
+        if steps.forget_session:
+            self._live.protocol = None
+        if steps.fail_receipts:
+            link.fail_receipts(error)
+        lost = link.close(error, release=steps.release) if steps.close_link else Lost(error)
+        if steps.fail_requests and self._requests is not None:
+            self._requests.fail_all(error)
+        if steps.subscriptions == "drop-unacked":
+            lost = lost._replace(dropped_messages=drop_unacked(self._subs.values()))
+        elif steps.subscriptions != "keep":
+            forget = steps.subscriptions == "close-and-forget"
+            for sub in list(self._subs.values()):
+                sub.close(sub_error)
+                if forget:
+                    self._counts.received_gone += sub.seq
+            if forget:
+                self._subs.clear()
+        if steps.lose_transactions:
+            lost = lost._replace(aborted_transactions=self._lose_transactions(error))
+        if steps.supervisor == "stop":
+            self._supervisor.stop()
+        elif steps.supervisor == "hand-over":
+            self._supervisor.link_lost(link, lost, was_up=was_up)
+        return lost
 
     async def _ensure_open(self) -> None:
         """Return when a connection is up; wait while one is being re-established.

@@ -29,7 +29,9 @@ from stompfast.errors import ConnectionLostError, FlowControlError
 
 PACKAGE = Path(stompfast.__file__).parent
 #: the modules the client is made of
-PART_MODULES = ("_client", "_link", "_outbox", "_inbox", "_receipt", "_supervisor", "_stats", "_lifecycle")
+PART_MODULES = (
+    "_client", "_link", "_outbox", "_inbox", "_receipt", "_supervisor", "_stats", "_lifecycle", "_ending", "_request",
+)
 
 
 def _trees():
