@@ -877,7 +877,7 @@ class AsyncClient:
         :meth:`send` does.
         """
         link = self._link
-        if not link.direct:
+        if not link.threads_may_write():
             return None
         body, content_type = body_bytes(body, content_type)
         with self._registry_lock:
@@ -919,7 +919,7 @@ class AsyncClient:
         second ack) and knows nothing of its own is queued ahead of it.
         """
         link = self._link
-        if not link.direct:
+        if not link.threads_may_write():
             return False
         with self._registry_lock:
             data = link.ack_from_thread(message) if self._thread_may_write(link) else None

@@ -269,9 +269,10 @@ class Link:
         self.queue = self.outbox.queue
         #: ``offer(data)``: queue under the write-through mark, else False (the hot paths: one call, not two)
         self.offer = self.outbox.offer
-        # Whether a thread may write to this transport itself (send_from_thread, ack_from_thread):
-        # not over TLS (its state belongs to the loop) nor a trio WebSocket (direct_ok says so).
-        self.direct = isinstance(transport, (AsyncioTransport, TrioTransport)) and transport.direct_ok
+        # A transport of a kind a thread may write to itself (send_from_thread, ack_from_thread);
+        # whether this one may now is its direct_ok (not over TLS, nor a trio WebSocket; it can
+        # turn False later), read at each write: threads_may_write.
+        self.direct = isinstance(transport, (AsyncioTransport, TrioTransport))
 
     def start(self, tg: anyio.abc.TaskGroup, leftover: List[Any]) -> None:
         """Run this link's tasks in ``tg``: the writer, the heart-beat sender, the liveness watch, the reader.
@@ -398,7 +399,16 @@ class Link:
         Alive, a transport a thread may write to, nothing queued or being written
         by the loop, no stall under way.
         """
-        return self.alive and self.direct and self.outbox.idle() and not self.inbox.stalled
+        return self.alive and self.threads_may_write() and self.outbox.idle() and not self.inbox.stalled
+
+    def threads_may_write(self) -> bool:
+        """Whether this link's transport takes a thread's own writes now (checked before the registry lock)."""
+        return self.direct and self.transport.direct_ok  # type: ignore[union-attr]  # (direct: it has one)
+
+    def _wrote_from_thread(self, data: bytes) -> None:
+        """A thread wrote ``data`` itself: its bytes count, and the heart-beat sender knows the link was not idle."""
+        self.counters.thread_bytes += len(data)
+        self.outbox.note_thread_write()
 
     def send_from_thread(self, data: bytes, receipt: PendingReceipt) -> bool:
         """(Under the registry lock, :meth:`may_write_from_thread` true.) Write a receipted SEND from this thread.
@@ -410,10 +420,8 @@ class Link:
         if not self.transport.write_from_thread(data):  # type: ignore[union-attr]  # (direct: it has one)
             self.receipts.take(receipt.receipt_id)
             return False
-        counters = self.counters
-        counters.thread_sends += 1
-        counters.thread_bytes += len(data)
-        self.outbox.note_thread_write()
+        self.counters.thread_sends += 1
+        self._wrote_from_thread(data)
         return True
 
     def ack_from_thread(self, message: Message) -> Optional[bytes]:
@@ -431,10 +439,8 @@ class Link:
             # The mark the encoding took goes back, so that the queued ACK that follows can take it
             message.settled = settled
             return None
-        counters = self.counters
-        counters.thread_acks += 1
-        counters.thread_bytes += len(data)
-        self.outbox.note_thread_write()
+        self.counters.thread_acks += 1
+        self._wrote_from_thread(data)
         return data
 
     def expect_eof(self) -> None:

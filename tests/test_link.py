@@ -172,6 +172,7 @@ class DirectTransport(ScriptedTransport):
     def __init__(self) -> None:
         super().__init__()
         self.takes = True
+        self.direct_ok = True
         self.thread_writes: List[bytes] = []
 
     def write_from_thread(self, data: bytes) -> bool:
@@ -270,5 +271,8 @@ async def test_a_thread_may_write_only_to_an_idle_live_direct_link():
     link.queue(b"frame")
     assert not link.may_write_from_thread()  # the loop's frame is first
     link.outbox.drop()
+    link.transport.direct_ok = False  # e.g. the socket could not be duplicated: no thread writes from then on
+    assert not link.may_write_from_thread() and not link.threads_may_write()
+    link.transport.direct_ok = True
     link.close(ConnectionLostError("gone"))
     assert not link.may_write_from_thread()
