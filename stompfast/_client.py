@@ -52,12 +52,10 @@ and :class:`~stompfast._transaction.TransactionOps`.
 from __future__ import annotations
 
 import inspect
-import itertools
 import logging
 import threading
 import time
 import uuid
-from logging import DEBUG
 from time import monotonic
 from typing import (
     TYPE_CHECKING,
@@ -70,7 +68,6 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
-    Set,
     Tuple,
     Union,
     overload,
@@ -81,12 +78,12 @@ import anyio.abc
 import anyio.lowlevel
 import sniffio
 
-from ._brokers import broker_of, check_selector, reply_destination
-from ._common import RETRYABLE, body_bytes, conn_log, copy_error, log, where
+from ._brokers import broker_of, reply_destination
+from ._common import RETRYABLE, body_bytes, conn_log, copy_error, where
 from ._config import Endpoint, check_positive
 from ._consumer import DEFAULT_RETRY, AsyncConsumer, ConsumerSet, OnError, check_consume_options, warn_if_nack_loses
 from ._ending import ENDINGS, Ending
-from ._framelog import frame_log
+from ._gate import ClientGate
 from ._health import DrainReport, Health
 from ._lifecycle import CLOSED, CLOSING, CONNECTING, FAILED, NEW, OPEN, RECONNECTING, ClientState, advance, describe
 from ._link import Link, LinkSettings, Lost, open_link
@@ -97,20 +94,15 @@ from ._options import (
     signature as options_signature,
     tls_options,
 )
-from ._protocol import Message, SessionState, check_destination
-from ._receipt import PendingReceipt, Receipt, await_receipts
+from ._protocol import Message, SessionState
+from ._receipt import Receipt, await_receipts
 from ._request import ReplyChannel, Requester, reply_to
 from ._stats import ClientStats, Counters
-from ._subscription import (
-    DEFAULT_BUFFER_SIZE,
-    AsyncSubscription,
-    Inlet,
-    LiveSession,
-    SubscriptionOps,
-    drop_unacked,
-)
+from ._subscribing import Subscriptions
+from ._subscription import DEFAULT_BUFFER_SIZE, AsyncSubscription, LiveSession
 from ._supervisor import Supervisor
-from ._transaction import AsyncTransaction, SessionTransaction, TransactionOps
+from ._thread_writer import ThreadWriter
+from ._transaction import AsyncTransaction, Transactions
 from ._transport import describe_error
 from .errors import (
     ClientClosedError,
@@ -118,7 +110,6 @@ from .errors import (
     ConnectionLostError,
     ConnectTimeout,
     ServerError,
-    StaleMessageError,
     StompError,
 )
 
@@ -132,17 +123,6 @@ PROTOCOL_OPTIONS = (
     "versions", "heart_beat", "connect_headers", "use_stomp_command", "max_frame_bytes", "max_headers",
     "max_header_bytes", "routing_headers", "client_id", "persistent",
 )
-
-
-def with_selector(headers: Optional[Dict[str, Any]], selector: Any) -> Dict[str, Any]:
-    """``headers`` with ``selector`` as its ``selector`` header; ConfigurationError for a bad or second one."""
-    if not isinstance(selector, str) or not selector.strip():
-        raise ConfigurationError(f"selector must be a non-empty str (a JMS selector), not {selector!r}")
-    headers = headers if headers is not None else {}
-    if "selector" in headers:
-        raise ConfigurationError("selector= and a 'selector' header both given: give one")
-    headers["selector"] = selector
-    return headers
 
 
 class AsyncClient:
@@ -263,29 +243,32 @@ class AsyncClient:
         # (the blocking client's threads); the loop takes it only to fail receipts
         # in bulk and to install a link.
         self._registry_lock = threading.Lock()
+        # The session acks may go to (the subscriptions' fast stale test).
+        self._live = LiveSession()
+        # What the session services (subscriptions, transactions) may ask of the client.
+        gate = ClientGate(
+            self._current_link, self._is_open, self._is_reconnecting, self._has_failed, self._ensure_open,
+            self._check_open, self._queue_when_room,
+        )
         # The subscriptions by id: their inlets outlive a connection (re-subscribed after a reconnect).
-        self._subs: Dict[str, Inlet] = {}
+        self._subs = Subscriptions(gate, self._counts, self._live, self._queue_ack, self._get_disconnect_timeout)
+        self._transactions = Transactions(gate, self._counts)
         # Before the first connection, an idle link (closed, empty). Its protocol
         # (a session of its own) checks versions, heart_beat and limits before any I/O.
         self._link = Link(
-            endpoints[0], self._settings.protocol(endpoints[0]), None, settings=self._settings, subs=self._subs,
+            endpoints[0], self._settings.protocol(endpoints[0]), None, settings=self._settings, subs=self._subs.by_id,
             counters=self._counts, lock=self._registry_lock,
         )
         self._tg: Optional[anyio.abc.TaskGroup] = None
         # Where the client is in its life (docs and the table of moves: _lifecycle.py).
         self._state = ClientState.NEW
         self._error: Optional[BaseException] = None
-        # Receipt ids "t<n>" of send_from_thread
-        self._thread_receipts = itertools.count(1)
         # The asyncio loop (None on trio): receipts wait on its futures.
         self._loop: Any = None
+        # A blocking client's threads writing their SENDs and ACKs themselves.
+        self._threads = ThreadWriter(self._current_link, self._is_open, self._registry_lock, self._get_loop)
         self._clock: Callable[[], float] = anyio.current_time
         self._via_aenter = False
-        self._transactions: Set[SessionTransaction] = set()
-        # Made at the first subscription: a client that is never used holds no reference to itself.
-        self._sub_ops: Optional[SubscriptionOps] = None
-        # The session acks may go to (the subscriptions' fast stale test).
-        self._live = LiveSession()
         # The consume()s (health and drain look at them).
         self._consumers = ConsumerSet()
         # The request/reply service (made at the first request).
@@ -329,7 +312,7 @@ class AsyncClient:
         """
         requests = self._requests
         return self._link.snapshot(
-            self._subs.values(), self._registry_lock, late_replies=requests.late if requests is not None else 0
+            self._subs.inlets(), self._registry_lock, late_replies=requests.late if requests is not None else 0
         )
 
     @property
@@ -431,7 +414,7 @@ class AsyncClient:
         confirmed every re-established subscription.
         """
         link, leftover = await open_link(
-            endpoint, self._settings, subs=self._subs, counters=self._counts, lock=self._registry_lock,
+            endpoint, self._settings, subs=self._subs.by_id, counters=self._counts, lock=self._registry_lock,
             clock=self._clock, loop=self._loop, on_failure=self._fail,
         )
         # A thread sending directly sees all of the new link or none of it; the
@@ -444,36 +427,16 @@ class AsyncClient:
         self._live.protocol = link.protocol
         assert self._tg is not None
         link.start(self._tg, leftover)
-        if not first and self._subs:
+        if not first and self._subs.by_id:
             await self._resubscribe(link)
         return link
 
     async def _resubscribe(self, link: Link) -> None:
-        """Re-send every subscription's SUBSCRIBE on ``link`` and wait for the broker to confirm them all."""
+        """Re-subscribe everything on a new ``link``; if the broker does not confirm it all, take the link down."""
         timeout = self._settings.connect_timeout
         try:
-            pending = []
-            for sub in list(self._subs.values()):
-                # The broker makes an implicit one again when it is next named (a reply-to).
-                if sub.implicit:
-                    continue
-                data, _, receipt_id = link.protocol.subscribe(
-                    sub.destination, ack=sub.ack_mode, headers=sub.headers, id=sub.id, receipt=True,
-                    prefetch=sub.prefetch, durable=sub.durable,
-                )
-                pending.append(link.register(receipt_id))
-                # As on a first SUBSCRIBE: its first MESSAGE confirms it too.
-                sub.confirming = receipt_id
-                link.queue(data)
-                self._counts.control += 1
-            link.write_now()
-            with anyio.fail_after(timeout):
-                await self.wait_receipts(pending)
-            for sub in self._subs.values():
-                sub.confirming = None
+            await self._subs.resubscribe(link, timeout)
         except BaseException as exc:
-            for sub in self._subs.values():
-                sub.confirming = None
             # Not up after all: take the link down again (quietly: the supervisor
             # reports it as a failed attempt).
             if link.alive:
@@ -623,18 +586,11 @@ class AsyncClient:
         lost = link.close(error, release=steps.release) if steps.close_link else Lost(error)
         if steps.fail_requests and self._requests is not None:
             self._requests.fail_all(error)
-        if steps.subscriptions == "drop-unacked":
-            lost = lost._replace(dropped_messages=drop_unacked(self._subs.values()))
-        elif steps.subscriptions != "keep":
-            forget = steps.subscriptions == "close-and-forget"
-            for sub in list(self._subs.values()):
-                sub.close(sub_error)
-                if forget:
-                    self._counts.received_gone += sub.seq
-            if forget:
-                self._subs.clear()
+        dropped = self._subs.end(steps.subscriptions, sub_error)
+        if dropped:
+            lost = lost._replace(dropped_messages=dropped)
         if steps.lose_transactions:
-            lost = lost._replace(aborted_transactions=self._lose_transactions(error))
+            lost = lost._replace(aborted_transactions=self._transactions.lose(error))
         if steps.supervisor == "stop":
             self._supervisor.stop()
         elif steps.supervisor == "hand-over":
@@ -653,6 +609,26 @@ class AsyncClient:
         if self._state is not OPEN:
             await anyio.lowlevel.checkpoint()
         self._check_open()
+
+    # -- the gate's answers (ClientGate): what the session services may read of the client --
+
+    def _current_link(self) -> Link:
+        return self._link
+
+    def _is_open(self) -> bool:
+        return self._state is OPEN
+
+    def _is_reconnecting(self) -> bool:
+        return self._state is RECONNECTING
+
+    def _get_loop(self) -> Any:
+        return self._loop
+
+    def _has_failed(self) -> bool:
+        return self._error is not None
+
+    def _get_disconnect_timeout(self) -> float:
+        return self._disconnect_timeout
 
     def _check_open(self) -> None:
         if self._error is not None:
@@ -876,34 +852,7 @@ class AsyncClient:
         Raises LocalProtocolError (and TypeError for a body of another type) as
         :meth:`send` does.
         """
-        link = self._link
-        if not link.threads_may_write():
-            return None
-        body, content_type = body_bytes(body, content_type)
-        with self._registry_lock:
-            if not self._thread_may_write(link):
-                return None
-            receipt_id = "t%d" % next(self._thread_receipts)
-            data = link.protocol.encode_send(destination, body, headers, content_type, receipt_id)
-            receipt = PendingReceipt(receipt_id, self._loop, monotonic())
-            # before anything can complete it
-            receipt.add_done_callback(on_done)
-            # (Threads' own counters, under the lock: the loop's are not.)
-            if not link.send_from_thread(data, receipt):
-                return None
-        # After the write: the log takes a lock of its own.
-        if frame_log.isEnabledFor(DEBUG):
-            link.log_frames(">", data)
-        return receipt
-
-    def _thread_may_write(self, link: Link) -> bool:
-        """(Under the registry lock.) Whether a thread's frame written now is the next on ``link``'s wire.
-
-        The link read before taking the lock must still be the client's (a reconnect
-        installs a new one under this lock), open and alive, with nothing queued or
-        being written by the loop and no stall under way.
-        """
-        return self._link is link and self._state is OPEN and link.may_write_from_thread()
+        return self._threads.send(destination, body, headers, content_type, on_done)
 
     def ack_from_thread(self, message: Message) -> bool:
         """(Any thread.) The common ACK (no receipt, no transaction, no headers) written by the calling thread.
@@ -918,16 +867,7 @@ class AsyncClient:
         The caller has made the checks that need no I/O (a stale message, a
         second ack) and knows nothing of its own is queued ahead of it.
         """
-        link = self._link
-        if not link.threads_may_write():
-            return False
-        with self._registry_lock:
-            data = link.ack_from_thread(message) if self._thread_may_write(link) else None
-        if data is None:
-            return False
-        if frame_log.isEnabledFor(DEBUG):
-            link.log_frames(">", data)
-        return True
+        return self._threads.ack(message)
 
     def check_send(
         self, destination: str, headers: Optional[Mapping[str, Any]] = None, content_type: Optional[str] = None
@@ -968,16 +908,7 @@ class AsyncClient:
         self._link.write_now()
         await self.wait_receipts(pending)
 
-    # -- session operations: what subscriptions and transactions ask for (SubscriptionOps, TransactionOps) --
-
-    def _ops(self) -> SubscriptionOps:
-        """The narrow interface handed to subscriptions (made at the first one: a client that is never
-        used holds no reference to itself)."""
-        ops = self._sub_ops
-        if ops is None:
-            ops = self._sub_ops = SubscriptionOps(self._subscribe, self._unsubscribe, self._ack, self._queue_ack,
-                                                  self._check_ack, self._live)
-        return ops
+    # -- subscriptions (their table and frames: _subscribing.Subscriptions) ---------------
 
     def subscribe(
         self,
@@ -1019,139 +950,7 @@ class AsyncClient:
                 a ``selector`` in ``headers`` (docs/brokers.md).
         """
         # Refused by this call, not when the block is entered
-        check_destination(destination)
-        if durable is not None:
-            # the name and id now; the client identity too once the broker is known (else on entry)
-            self._link.protocol.check_durable(durable, id)
-        headers = dict(headers) if headers else None
-        if selector is not None:
-            headers = with_selector(headers, selector)
-        # Known once connected (else the SUBSCRIBE itself refuses it, on entry)
-        protocol = self._link.protocol
-        check_selector(protocol.broker, protocol.server, headers)
-        return AsyncSubscription(self._ops(), destination, ack, headers, buffer_size, receipt, id, durable)
-
-    async def _subscribe(self, sub: Inlet) -> None:
-        await self._ensure_open()
-        if sub.implicit:
-            # The broker subscribed it itself: its deliveries carry the destination as their id.
-            sub.id = sub.destination
-            self._subs[sub.id] = sub
-            return
-        data, sub_id, receipt_id = self._link.protocol.subscribe(
-            sub.destination, ack=sub.ack_mode, headers=sub.headers, id=sub.id, receipt=sub.wants_receipt,
-            prefetch=sub.prefetch, durable=sub.durable,
-        )
-        sub.id = sub_id
-        self._subs[sub_id] = sub
-        try:
-            pending = self._link.expect(receipt_id)
-            # Its first MESSAGE confirms it as well as the RECEIPT does: the reader may stop
-            # on this subscription's full buffer before the RECEIPT behind it is read.
-            sub.confirming = receipt_id
-            await self._queue_when_room(data)
-            self._counts.control += 1
-            if pending is not None:
-                await pending.wait()
-        except BaseException:
-            sub.confirming = None
-            # Refused or interrupted (a timeout): withdraw it, so that it is neither
-            # left running on the broker nor re-established after a reconnect.
-            if self._subs.get(sub_id) is sub:
-                del self._subs[sub_id]
-                self._counts.received_gone += sub.seq
-                if self._link.alive and self._error is None and self._link.protocol.state is SessionState.CONNECTED:
-                    try:
-                        data, _ = self._link.protocol.unsubscribe(sub_id)
-                        self._link.queue(data)
-                        self._counts.control += 1
-                    except StompError:
-                        pass
-            raise
-        sub.confirming = None
-
-    async def _unsubscribe(self, sub: Inlet, forget: bool = False) -> None:
-        if sub.id is None or self._subs.get(sub.id) is not sub:
-            if forget:
-                raise ClientClosedError(
-                    f"subscription {sub.id!r} is not open: its durable subscription was not deleted"
-                )
-            return
-        if forget:
-            await self._forget(sub)
-            return
-        del self._subs[sub.id]
-        self._counts.received_gone += sub.seq
-        if self._state is OPEN and self._link.protocol.state is SessionState.CONNECTED and not sub.implicit:
-            data, _ = self._link.protocol.unsubscribe(sub.id)
-            # Bounded like DISCONNECT: a broker that stops reading (TCP flow control)
-            # must not hold the caller here; the subscription is gone locally anyway.
-            with anyio.move_on_after(self._disconnect_timeout):
-                await self._queue_when_room(data)
-                self._counts.control += 1
-                return
-            log.debug("stompfast: UNSUBSCRIBE %r not queued within %g s", sub.id, self._disconnect_timeout)
-
-    async def _forget(self, sub: Inlet) -> None:
-        """UNSUBSCRIBE that deletes the durable subscription ``sub``, confirmed by the broker's receipt."""
-        assert sub.id is not None
-        try:
-            self._check_open()
-        except BaseException:
-            # Deleting needs the broker: on a connection that is down it fails, the
-            # subscription is withdrawn here as by a plain close (never re-established by a
-            # reconnect), and it stays on the broker.
-            await self._unsubscribe(sub)
-            raise
-        del self._subs[sub.id]
-        self._counts.received_gone += sub.seq
-        data, receipt_id = self._link.protocol.unsubscribe(sub.id, receipt=True, forget=True)
-        pending = self._link.expect(receipt_id)
-        await self._queue_when_room(data)
-        self._counts.control += 1
-        if pending is not None:
-            self._link.write_now()
-            await pending.wait()
-
-    def _check_stale(self, command: str, message: Message) -> None:
-        """Refuse an ACK/NACK of a message delivered on a connection that is gone (or going).
-
-        During a reconnect the failed connection's protocol is still the current
-        one, so the session test alone would let the ack through to
-        ``_check_open`` and a ConnectionLostError; the broker redelivers the
-        message, so it is stale either way and never sent on another connection.
-        """
-        if (message.session is not self._link.protocol or not self._link.alive) and self._error is None:
-            raise StaleMessageError(
-                f"message {message.message_id!r} was delivered on a connection that was lost; the broker"
-                f" redelivers unacknowledged messages, so this {command} was not sent"
-            )
-
-    async def _ack(
-        self, command: str, message: Message, transaction: Optional[str], receipt: bool,
-        headers: Optional[Mapping[str, Any]] = None,
-    ) -> None:
-        self._check_stale(command, message)
-        if self._state is not RECONNECTING:
-            self._check_open()
-        # else: the message came on the new connection while it confirms the
-        # re-established subscriptions (a broker may deliver first): it is live, so
-        # the ACK goes out on it; only a lost connection's messages are stale.
-        if command == "ACK":
-            data, receipt_id = self._link.protocol.ack(message, transaction=transaction, receipt=receipt,
-                                                       headers=headers)
-        else:
-            data, receipt_id = self._link.protocol.nack(message, transaction=transaction, receipt=receipt,
-                                                        headers=headers)
-        pending = self._link.expect(receipt_id)
-        await self._queue_when_room(data)
-        if command == "ACK":
-            self._counts.acks += 1
-        else:
-            self._counts.nacks += 1
-        if pending is not None:
-            self._link.write_now()
-            await pending.wait()
+        return self._subs.new(destination, ack, headers, buffer_size, receipt, id, durable, selector)
 
     async def ack(
         self, message: Message, *, receipt: bool = False, headers: Optional[Mapping[str, Any]] = None
@@ -1276,10 +1075,7 @@ class AsyncClient:
     def _reply_channel(self) -> ReplyChannel:
         """A reply channel on the live connection, of the kind its broker offers (the Requester enters it)."""
         destination, implicit = reply_destination(self._link.protocol.broker, uuid.uuid4().hex[:16])
-        sub = AsyncSubscription(
-            self._ops(), destination, "auto", None, DEFAULT_BUFFER_SIZE, True, None, implicit=implicit
-        )
-        return ReplyChannel(destination, sub, self._loop)
+        return ReplyChannel(destination, self._subs.implicit(destination, implicit, DEFAULT_BUFFER_SIZE), self._loop)
 
     async def reply(
         self,
@@ -1350,60 +1146,6 @@ class AsyncClient:
         BEGIN on entry; COMMIT on normal exit (confirmed by a receipt unless
         ``receipt=False``); ABORT on an exception or cancellation.
         """
-        ops = TransactionOps(self._tx_begin, self._tx_send, self._tx_commit, self._tx_abort)
-        return SessionTransaction(ops, receipt)
-
-    def _check_ack(self, message: Message, inlet: Inlet) -> None:
-        self._check_stale("ACK", message)
-        self._link.protocol.check_ack(message)
-
-    # -- transactions (TransactionOps) ----------------------------------------------
-
-    def _lose_transactions(self, error: BaseException) -> int:
-        """The session ended: every open transaction was aborted by the broker; tell them; return how many."""
-        transactions = list(self._transactions)
-        self._transactions.clear()
-        for tx in transactions:
-            tx.connection_lost(error)
-        return len(transactions)
-
-    async def _tx_begin(self, tx: AsyncTransaction) -> str:
-        await self._ensure_open()
-        data, tx_id, _ = self._link.protocol.begin()
-        # Set before the write, which may raise
-        tx.id = tx_id
-        await self._queue_when_room(data)
-        self._counts.control += 1
-        # Always: this client made it
-        if isinstance(tx, SessionTransaction):
-            self._transactions.add(tx)
-        return tx_id
-
-    async def _tx_send(self, tx_id: str, destination: str, body: Union[bytes, str], headers: Any,
-                       content_type: Optional[str]) -> None:
-        self._check_open()
-        body, content_type = body_bytes(body, content_type)
-        data, _ = self._link.protocol.send(destination, body, headers, content_type=content_type, transaction=tx_id)
-        await self._queue_when_room(data)
-
-    async def _tx_commit(self, tx: AsyncTransaction, tx_id: str, receipt: bool) -> None:
-        self._transactions.discard(tx)
-        self._check_open()
-        data, receipt_id = self._link.protocol.commit(tx_id, receipt=receipt)
-        pending = self._link.expect(receipt_id)
-        await self._queue_when_room(data)
-        self._counts.control += 1
-        if pending is not None:
-            await pending.wait()
-
-    async def _tx_abort(self, tx: AsyncTransaction, tx_id: str, lost: bool) -> None:
-        self._transactions.discard(tx)
-        if lost or self._state is not OPEN:
-            # The session is gone: the broker aborted it already
-            return
-        data, _ = self._link.protocol.abort(tx_id)
-        await self._queue_when_room(data)
-        self._counts.control += 1
-
+        return self._transactions.new(receipt)
 
 AsyncClient.__init__.__signature__ = options_signature(AsyncClient.__init__)  # type: ignore[attr-defined]

@@ -104,6 +104,14 @@ class Inlet:
         #: subscription's first MESSAGE too (see Inbox._confirm_by_message)
         self.confirming: Optional[str] = None
 
+    def subscribed_as(self, sub_id: str) -> None:
+        """(The session.) The SUBSCRIBE names it ``sub_id``: its deliveries carry that id."""
+        self.id = sub_id
+
+    def confirm_with(self, receipt_id: Optional[str]) -> None:
+        """(The session.) A SUBSCRIBE with receipt ``receipt_id`` is out (None: it is confirmed or withdrawn)."""
+        self.confirming = receipt_id
+
     def deliver(self, message: Message) -> None:
         """(The reader.) One more message for this subscription."""
         self.seq += 1

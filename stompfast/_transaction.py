@@ -1,20 +1,24 @@
 """AsyncTransaction: BEGIN ... COMMIT/ABORT, with the sends and acks that carry its id.
 
 The transaction does not know the client: it is given a :class:`TransactionOps`
-(the client's ``_tx_*`` methods, bound), which write its frames on the current
-session. The client tells it when the connection ends (:meth:`AsyncTransaction.connection_lost`).
+(the bound methods of the client's :class:`Transactions`), which write its frames on
+the current session. :class:`Transactions` keeps the transactions the client began and
+tells each when the connection ends (:meth:`SessionTransaction.connection_lost`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Optional, Union
+from typing import Any, Awaitable, Callable, Optional, Set, Union
 
 import anyio
 
+from ._common import body_bytes
+from ._gate import ClientGate
 from ._protocol import Message
+from ._stats import Counters
 from .errors import TransactionError
 
-__all__ = ["AsyncTransaction", "SessionTransaction", "TransactionOps"]
+__all__ = ["AsyncTransaction", "SessionTransaction", "TransactionOps", "Transactions"]
 
 
 class TransactionOps:
@@ -113,7 +117,76 @@ class SessionTransaction(AsyncTransaction):
     (Users only ever see the :class:`AsyncTransaction` interface.)
     """
 
+    def began(self, tx_id: str) -> None:
+        """(Called by :class:`Transactions`.) BEGIN was encoded with ``tx_id``: the id from now on, before the write."""
+        self.id = tx_id
+
     def connection_lost(self, error: BaseException) -> None:
         """(Called by the client.) The connection ended while the transaction was open: the broker aborted it."""
         if not self._done and self._lost is None:
             self._lost = error
+
+
+class Transactions:
+    """The transactions a client began, and their frames (BEGIN, SEND in one, COMMIT, ABORT) on its current link."""
+
+    def __init__(self, gate: ClientGate, counts: Counters) -> None:
+        self._gate = gate
+        self._counts = counts
+        # Open transactions this client began: told when the session ends (the broker aborted them).
+        self._open: Set[SessionTransaction] = set()
+
+    def new(self, receipt: bool) -> SessionTransaction:
+        """A transaction, begun on entry (``async with``)."""
+        return SessionTransaction(TransactionOps(self._begin, self._send, self._commit, self._abort), receipt)
+
+    def lose(self, error: BaseException) -> int:
+        """The session ended: every open transaction was aborted by the broker; tell them; return how many."""
+        transactions = list(self._open)
+        self._open.clear()
+        for tx in transactions:
+            tx.connection_lost(error)
+        return len(transactions)
+
+    async def _begin(self, tx: AsyncTransaction) -> str:
+        gate = self._gate
+        await gate.ensure_open()
+        data, tx_id, _ = gate.link().protocol.begin()
+        # Always: this table made it
+        assert isinstance(tx, SessionTransaction)
+        # Told before the write, which may raise
+        tx.began(tx_id)
+        await gate.queue(data)
+        self._counts.control += 1
+        self._open.add(tx)
+        return tx_id
+
+    async def _send(self, tx_id: str, destination: str, body: Union[bytes, str], headers: Any,
+                    content_type: Optional[str]) -> None:
+        gate = self._gate
+        gate.check_open()
+        body, content_type = body_bytes(body, content_type)
+        data, _ = gate.link().protocol.send(destination, body, headers, content_type=content_type, transaction=tx_id)
+        await gate.queue(data)
+
+    async def _commit(self, tx: AsyncTransaction, tx_id: str, receipt: bool) -> None:
+        self._open.discard(tx)
+        gate = self._gate
+        gate.check_open()
+        link = gate.link()
+        data, receipt_id = link.protocol.commit(tx_id, receipt=receipt)
+        pending = link.expect(receipt_id)
+        await gate.queue(data)
+        self._counts.control += 1
+        if pending is not None:
+            await pending.wait()
+
+    async def _abort(self, tx: AsyncTransaction, tx_id: str, lost: bool) -> None:
+        self._open.discard(tx)
+        gate = self._gate
+        if lost or not gate.is_open():
+            # The session is gone: the broker aborted it already
+            return
+        data, _ = gate.link().protocol.abort(tx_id)
+        await gate.queue(data)
+        self._counts.control += 1

@@ -31,6 +31,7 @@ PACKAGE = Path(stompfast.__file__).parent
 #: the modules the client is made of
 PART_MODULES = (
     "_client", "_link", "_outbox", "_inbox", "_receipt", "_supervisor", "_stats", "_lifecycle", "_ending", "_request",
+    "_gate", "_subscribing", "_transaction", "_thread_writer",
 )
 
 
@@ -130,18 +131,14 @@ def f(self, link):
 ALLOWED_FOREIGN_WRITES = {
     # LiveSession is the client's own (which session acks may go to); its inlets only read it.
     "_client.AsyncClient: self._live.protocol",
-    # An inlet is the hand-off between the reader and a subscription's consumer: the client
-    # numbers it and marks it as being confirmed, the reader clears that and its wake-up.
-    "_client.AsyncClient: sub.id",
-    "_client.AsyncClient: sub.confirming",
+    # An inlet is the hand-off between the reader and a subscription's consumer: the reader
+    # clears its SUBSCRIBE's confirmation (its first MESSAGE confirms it) and its wake-up.
     "_inbox.Inbox: sub.confirming",
     "_inbox.Inbox: sub.space",
     # A blocking client's thread that could not write its ACK itself (ack_from_thread) gives
     # the message back the mark the ACK's encoding took, under the registry lock, so that the
     # queued ACK that follows can take it (the inverse of StompProtocol.ack_plain's mark).
     "_link.Link: message.settled",
-    # A transaction learns its id from the BEGIN the client made for it.
-    "_client.AsyncClient: tx.id",
     # An exception's cause.
     "_inbox.Inbox: lost.__cause__",
 }
