@@ -43,10 +43,12 @@ transport, its receipts, its :mod:`._outbox` and :mod:`._inbox`; a new
 connection is a new Link), the :class:`~stompfast._supervisor.Supervisor` (the
 broker list and reconnecting) and the :class:`~stompfast._stats.Counters`. This
 module holds the public API, the lifecycle (connect, close, fail; its states
-and their moves are the table of :mod:`._lifecycle`), sending, and the session
-operations the subscriptions and transactions ask for (subscribe, ACK/NACK,
-BEGIN/COMMIT/ABORT) through :class:`~stompfast._subscription.SubscriptionOps`
-and :class:`~stompfast._transaction.TransactionOps`.
+and their moves are the table of :mod:`._lifecycle`; its endings the table of
+:mod:`._ending`) and sending. The subscriptions and their frames are a
+:class:`~stompfast._subscribing.Subscriptions`, the transactions a
+:class:`~stompfast._transaction.Transactions`, a blocking client's own writes a
+:class:`~stompfast._thread_writer.ThreadWriter`; they read the client only
+through its :class:`~stompfast._gate.ClientGate`.
 """
 
 from __future__ import annotations
