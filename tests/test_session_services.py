@@ -12,6 +12,7 @@ from typing import Dict, List
 
 import anyio
 import pytest
+from test_link import SETTINGS, WAIT, ScriptedTransport, connected
 
 from stompfast._config import Endpoint
 from stompfast._gate import ClientGate
@@ -22,8 +23,6 @@ from stompfast._subscribing import Subscriptions
 from stompfast._subscription import Inlet, LiveSession
 from stompfast._transaction import Transactions
 from stompfast.errors import ClientClosedError, ConnectionLostError, StaleMessageError, TransactionError
-
-from test_link import SETTINGS, WAIT, ScriptedTransport, connected
 
 pytestmark = pytest.mark.anyio
 
