@@ -262,8 +262,8 @@ class Broker(RunsInThread):
         self._closed = True
         self._tg.cancel_scope.cancel()
         try:
-            # the broker's own tasks never fail; not handing the body's exception to the task
-            # group lets it propagate as it is instead of wrapped in an ExceptionGroup
+            # The broker's own tasks never fail; not handing the body's exception to the task
+            # group lets it propagate as it is instead of wrapped in an ExceptionGroup.
             await self._tg.__aexit__(None, None, None)
         finally:
             with anyio.move_on_after(2, shield=True):

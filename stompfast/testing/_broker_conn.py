@@ -241,8 +241,8 @@ class Connection:
                 with anyio.move_on_after(timeout) as scope:
                     data = await stream.receive(_READ_SIZE)
             except anyio.EndOfStream:
-                # the client closed its sending side: flush what was queued for it (e.g. the RECEIPT
-                # of its last frame, or an ERROR), then close
+                # The client closed its sending side: what was queued for it (the RECEIPT of its
+                # last frame, or an ERROR) is flushed first, then the connection closes.
                 self.close(linger=0)
                 with anyio.move_on_after(2):
                     await self.writer_done.wait()
@@ -315,7 +315,7 @@ class Connection:
         while pos < n and self.closing is None:
             if self.version is None:
                 # STOMP 1.1: frames after CONNECT follow the negotiated version's escaping rules,
-                # so feed up to the end of one frame (a NUL) until CONNECT has been handled
+                # so input is fed up to the end of one frame (a NUL) until CONNECT has been handled.
                 nul = data.find(b"\0", pos)
                 end = n if nul < 0 else nul + 1
             else:
@@ -413,7 +413,7 @@ class Connection:
         simulated = self.faults.take_connect_error()
         if simulated is not None:
             raise Violation(*simulated)
-        # STOMP 1.2 "Protocol Negotiation": no accept-version means 1.0; else the highest in common
+        # STOMP 1.2 "Protocol Negotiation": no accept-version means 1.0, else the highest in common wins.
         accept = h.get("accept-version")
         offered = ["1.0"] if accept is None else [v.strip() for v in accept.split(",")]
         common = [v for v in settings.versions if v in offered]
@@ -431,7 +431,7 @@ class Connection:
                 raise Violation("Bad CONNECT", f"Access refused for {who}: bad login or passcode.\n")
         cx, cy = _parse_heart_beat(h.get("heart-beat"))
         sx, sy = settings.heart_beat
-        # STOMP 1.2 "Heart-beating": none if either side says 0, else every MAX of the two
+        # STOMP 1.2 "Heart-beating": none if either side says 0, else one every MAX of the two.
         self.hb_in = max(cx, sy) / 1000 if cx and sy else 0.0
         self.hb_out = max(sx, cy) / 1000 if sx and cy else 0.0
         self.version = version
@@ -543,7 +543,7 @@ class Connection:
                 raise Violation("Unknown message", f"{command} of '{ack_id}', which is no unacked message "
                                 "of this session.\n")
             return delivery
-        # STOMP 1.1: message-id and subscription are required; 1.0: message-id (subscription if any)
+        # STOMP 1.1 requires message-id and subscription; 1.0 message-id (and subscription if given).
         message_id = self._require(frame, "message-id")
         sub = None
         if self.version == "1.1" or "subscription" in h:

@@ -114,7 +114,7 @@ class Message:
         self.headers = headers
         self.body = body
         self.redelivered = False
-        #: what it counts against ``max_bytes`` (characters of header text count as bytes)
+        #: What it counts against ``max_bytes`` (characters of header text count as bytes).
         self.size = (len(body) + len(destination) + sum(len(k) + len(v) for k, v in headers)
                      + MESSAGE_OVERHEAD)
 
