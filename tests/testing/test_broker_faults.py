@@ -321,8 +321,9 @@ async def test_client_that_never_reads_is_bounded(stomp_broker):
 
 
 def test_scanner_module_is_the_projects():
-    # the broker frames with the project's own scanner and encoder
-    from stompfast.testing import _broker
+    # the broker frames with the project's own scanner and encoder: the facade makes each
+    # connection's scanner, the connection encodes what it sends
+    from stompfast.testing import _broker, _broker_conn
 
     assert _broker.FrameScanner is FrameScanner
-    assert _broker.encode_frame is encode_frame
+    assert _broker_conn.encode_frame is encode_frame
