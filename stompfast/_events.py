@@ -89,14 +89,10 @@ class Message:
     # The client's bookkeeping, public so that its modules can share it (not user API):
     # session: the StompProtocol the message was delivered on (an ACK on a later one is stale);
     # owner: the subscription that acks it; seq: its delivery number on that subscription;
-    # sync: the blocking client's subscription, set only on the messages it hands out
-    # (re-classed as its SyncMessage, whose layout must match this one's).
     # settled: None, or "ACK"/"NACK" once ack() or nack() was called (a second call is refused).
     __slots__ = (
-        "frame", "subscription", "message_id", "ack_id", "session", "owner", "seq", "sync", "settled", "__weakref__"
+        "frame", "subscription", "message_id", "ack_id", "session", "owner", "seq", "settled", "__weakref__"
     )
-    # A slot, never set by __init__: only on what the blocking client hands out
-    sync: Any
     #: True for a message over ``max_frame_bytes`` that was skipped unread
     #: (:class:`OversizedMessage`): its ``body`` and ``text`` raise, ``ack()`` and ``nack()`` work.
     oversized = False

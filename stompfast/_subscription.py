@@ -27,7 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any, Awaitable, Callable, Deque, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Awaitable, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import anyio
 
@@ -58,7 +58,7 @@ class Inlet:
 
     __slots__ = ("destination", "ack_mode", "headers", "id", "wants_receipt", "buffer_size", "pause_at", "prefetch",
                  "messages", "ready", "space", "closed", "error", "seq", "owner", "confirming", "durable",
-                 "implicit")
+                 "implicit", "message_classes")
 
     def __init__(self, owner: Any, destination: str, ack: str, headers: Optional[Dict[str, Any]],
                  buffer_size: int, receipt: bool, id: Optional[str], durable: Optional[str] = None,
@@ -103,6 +103,9 @@ class Inlet:
         #: the receipt id of a SUBSCRIBE sent and not yet confirmed: the reader confirms it with the
         #: subscription's first MESSAGE too (see Inbox._confirm_by_message)
         self.confirming: Optional[str] = None
+        #: the classes the session makes this subscription's messages of, ``(message, oversized)``,
+        #: or None for :class:`Message` and :class:`OversizedMessage` (the blocking client's differ)
+        self.message_classes: Optional[Tuple[type, type]] = None
 
     def subscribed_as(self, sub_id: str) -> None:
         """(The session.) The SUBSCRIBE names it ``sub_id``: its deliveries carry that id."""
@@ -231,6 +234,9 @@ class AsyncSubscription:
         self.durable = durable
         # Client mode: every message up to this one is acknowledged
         self._acked = 0
+        #: the blocking client's subscription whose threads take and settle these messages
+        #: (:meth:`handoff`), or None: its SyncMessages' ``ack()`` goes there
+        self.blocking: Any = None
 
     @property
     def id(self) -> Optional[str]:
@@ -452,8 +458,13 @@ class AsyncSubscription:
             return
         self._ops.check_ack(message, self._inlet)
 
+    def deliver_as(self, message_class: type, oversized_class: type) -> None:
+        """Before entering: the session makes this subscription's messages of these classes (the blocking
+        client's SyncMessage, whose ``ack()`` blocks), so nothing re-classes them when a thread takes one."""
+        self._inlet.message_classes = (message_class, oversized_class)
+
     def handoff(
-        self, call_soon: Callable[[Callable[[], Any]], Any], loop_alive: Callable[[], bool]
+        self, call_soon: Callable[[Callable[[], Any]], Any], loop_alive: Callable[[], bool], blocking: Any = None,
     ) -> "ThreadHandoff":
         """Hand this subscription's messages to threads instead of tasks (the blocking client's way in).
 
@@ -463,7 +474,9 @@ class AsyncSubscription:
         event loop, from any thread (``loop.call_soon_threadsafe``,
         ``TrioToken.run_sync_soon``); ``loop_alive()`` says whether that loop
         still runs (a thread waiting for a message checks it every second).
+        ``blocking``: the blocking client's subscription that settles the messages.
         """
+        self.blocking = blocking
         handoff = ThreadHandoff(self._inlet, call_soon, loop_alive)
         # The reader's set() now wakes threads
         self._inlet.ready = handoff

@@ -53,14 +53,18 @@ class SyncMessage(Message):
         headers: Optional[Mapping[str, Any]] = None,
     ) -> None:
         """Acknowledge the message (cumulative in ``client`` mode); see :meth:`Subscription.ack_message`."""
-        self.sync.ack_message(self, transaction=transaction, receipt=receipt, timeout=timeout, headers=headers)
+        self.owner.blocking.ack_message(
+            self, transaction=transaction, receipt=receipt, timeout=timeout, headers=headers
+        )
 
     def nack(  # type: ignore[override]  # the blocking twin: it returns once done, nothing to await
         self, *, transaction: Optional[str] = None, receipt: bool = False, timeout: Optional[float] = None,
         headers: Optional[Mapping[str, Any]] = None,
     ) -> None:
         """Refuse the message (STOMP 1.1+); see :meth:`Subscription.nack_message`."""
-        self.sync.nack_message(self, transaction=transaction, receipt=receipt, timeout=timeout, headers=headers)
+        self.owner.blocking.nack_message(
+            self, transaction=transaction, receipt=receipt, timeout=timeout, headers=headers
+        )
 
 
 class SyncOversizedMessage(OversizedMessage, SyncMessage):
@@ -74,6 +78,8 @@ async def open_subscription(
 ) -> AsyncSubscription:
     """Create and enter an AsyncSubscription; unsubscribe again if entering fails or times out."""
     sub = client.subscribe(destination, **kwargs)
+    # Made of the blocking classes by the session itself: a thread hands them out as they are
+    sub.deliver_as(SyncMessage, SyncOversizedMessage)
     try:
         await sub.__aenter__()
     except BaseException:
@@ -111,7 +117,7 @@ class Subscription:
         self._outbox = outbox
         self._async = sub
         # Threads take the messages straight from the async buffer (no crossing into the loop)
-        self._handoff = sub.handoff(loop.call_soon, loop.thread.is_alive)  # type: ignore[union-attr]
+        self._handoff = sub.handoff(loop.call_soon, loop.thread.is_alive, self)  # type: ignore[union-attr]
         # The callback thread (with ``callback=``), or None
         self._worker = worker
         if worker is not None:
@@ -177,7 +183,6 @@ class Subscription:
             raise StopIteration
         # The same object
         message.__class__ = SyncMessage if message.__class__ is Message else SyncOversizedMessage
-        message.sync = self
         return message  # type: ignore[return-value]
 
     def receive(self, *, timeout: Optional[float] = None) -> SyncMessage:
@@ -205,7 +210,6 @@ class Subscription:
         if message is None:
             return None
         message.__class__ = SyncMessage if message.__class__ is Message else SyncOversizedMessage
-        message.sync = self
         return message  # type: ignore[return-value]
 
     def receive_batch(self, max_messages: int = 100, *, timeout: Optional[float] = None) -> List[SyncMessage]:
@@ -244,7 +248,6 @@ class Subscription:
             raise ClientClosedError(f"subscription {self.id!r} to {self.destination!r} is closed")
         for message in batch:
             message.__class__ = SyncMessage if message.__class__ is Message else SyncOversizedMessage
-            message.sync = self
         return batch  # type: ignore[return-value]
 
     # -- acknowledging ----------------------------------------------------------------------
@@ -411,7 +414,6 @@ class CallbackWorker:
                     return
                 for message in batch:
                     message.__class__ = SyncMessage if message.__class__ is Message else SyncOversizedMessage
-                    message.sync = subscription
                 for message in batch:
                     if self.stopping:
                         return

@@ -967,7 +967,9 @@ EXTRA_NAMES = {
 ASYNC_ONLY = {
     # how the sync Subscription takes and acks from threads; how the reply channel takes replies in the
     # reader; how consume's worker tasks wait (its threads wait in receive)
-    "AsyncSubscription": {"handoff", "check_ack", "ack_nowait", "deliver_to", "wait_buffered", "wake"},
+    "AsyncSubscription": {
+        "handoff", "check_ack", "ack_nowait", "deliver_to", "wait_buffered", "wake", "deliver_as", "blocking",
+    },
     # the blocking client's ways in (its send does not wait)
     "AsyncClient": {"send_nowait", "send_from_thread", "ack_from_thread", "check_send"},
 }

@@ -653,9 +653,9 @@ def _traced_callback(callback: Callable[[SyncMessage], Any], otel: SubscriptionT
     """``callback`` run inside the message's ``process`` span (current in the callback's thread)."""
 
     def traced(message: SyncMessage) -> Any:
-        # The subscription the message came through (the blocking client's ``sync`` slot): it may not be
-        # re-classed yet, when the callback thread gets a message before subscribe() returned.
-        adopt(message.sync, otel)
+        # The blocking subscription the message came through: it may not be traced yet, when
+        # the callback thread gets a message before subscribe() returned.
+        adopt(message.owner.blocking, otel)
         token = otel.begin_process(message)
         try:
             result = callback(message)
