@@ -21,6 +21,8 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 # Bad arguments, URL or option values (argparse uses 2 too)
 EXIT_USAGE = 2
+# stompfast bench: a clean run that missed a --slo objective (a CI gate, as k6's thresholds)
+EXIT_SLO = 3
 # Ctrl-C (128 + SIGINT), as shells report it
 EXIT_INTERRUPTED = 130
 # SIGTERM (128 + 15): docker stop, systemd, kill

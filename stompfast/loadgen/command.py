@@ -22,6 +22,7 @@ from ..cli.common import (
     ENV_URL,
     EXIT_FAILURE,
     EXIT_OK,
+    EXIT_SLO,
     TRACE_FROM_ENV,
     Connection,
     Failure,
@@ -66,7 +67,8 @@ clients' own metrics (client_stats: frames, bytes, acks, receipts, losses, summe
 every connection); --stats also shows them on the live line and as a block on stderr
 at the end. Exit 0 when every message
 arrived exactly once and nothing failed; 1 when messages were lost or duplicated or
-errors happened (the verdict says which); 2 for usage errors. Ctrl-C or SIGTERM stop
+errors happened (the verdict says which); 3 when the run was clean but a --slo objective
+was missed (the verdict names it); 2 for usage errors. Ctrl-C or SIGTERM stop
 the run and print the partial result measured so far, marked as such (exit 130 / 143).
 Closed-loop latency includes queueing behind the producers' backlog (use --rate to
 measure at a set load). On RabbitMQ the run's own queue is auto-delete: nothing is left.
@@ -175,6 +177,10 @@ def add_bench_command(subparsers: Any) -> None:
                           help="producers send in transactions of K messages (default 0: none)")
     delivery.add_argument("--buffer-size", metavar="N", type=positive_int, default=1000,
                           help="consumer buffer, and broker prefetch in the client ack modes (default 1000)")
+    gates = p.add_argument_group("objectives")
+    gates.add_argument("--slo", metavar="OBJECTIVES", action="append", default=[],
+                       help="service-level objectives judged on the result, comma-separated or repeated:"
+                       " 'p99<5ms,missing==0,rate>=0.98*target'; one missed exits 3 (docs/loadgen.md)")
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="write the complete result as JSON on stdout")
     add_stats_option(out)
@@ -270,6 +276,8 @@ def _table_rows(result: LoadResult) -> List[Tuple[str, str]]:
         rows.append(("send lag (behind schedule)", "  ".join(f"{k} {_ms(lag[k])}" for k in ("p50", "p99", "max"))))
     if result.broker.get("cleanup"):
         rows.append(("run's queue", result.broker["cleanup"]))
+    for index, judgement in enumerate(result.slo):
+        rows.append(("objectives (--slo)" if index == 0 else "", judgement.describe()))
     return rows
 
 
@@ -391,6 +399,7 @@ def _load_config(args: argparse.Namespace, conn: Connection, url: Optional[str])
         drain_timeout=args.drain_timeout,
         trace=args.trace is not None,
         trace_exporter=None if args.trace in (None, TRACE_FROM_ENV) else args.trace,
+        slo=tuple(args.slo),
     )
     try:
         config.validate()
@@ -486,17 +495,25 @@ def _verdict(result: LoadResult, stopped: Optional[Stopped], status: Status, sec
             "yellow",
         )
         return stopped.code
-    if result.ok:
+    missed = [j for j in result.slo if not j.ok]
+    if result.ok and not missed:
         status.info(
             f"OK: {c['sent']:,} sent, {c['received']:,} received"
             + (", every message exactly once" if config.consumers else "")
-            + (", all confirmed" if config.receipts else "") + ", no errors",
+            + (", all confirmed" if config.receipts else "") + ", no errors"
+            + (f", {plural(len(result.slo), 'objective')} met" if result.slo else ""),
             "green",
         )
         return EXIT_OK
-    text = "; ".join(mask(p, secrets) for p in result.problems)
-    print(f"stompfast bench: FAILED: {one_line(text, 1000)}", file=sys.stderr, flush=True)
-    return EXIT_FAILURE
+    if missed:
+        # Printed even when the run also failed: a CI log should show every objective it missed.
+        text = "; ".join(j.describe() for j in missed)
+        print(f"stompfast bench: SLO MISSED: {text}", file=sys.stderr, flush=True)
+    if not result.ok:
+        text = "; ".join(mask(p, secrets) for p in result.problems)
+        print(f"stompfast bench: FAILED: {one_line(text, 1000)}", file=sys.stderr, flush=True)
+        return EXIT_FAILURE
+    return EXIT_SLO
 
 
 async def _run_stoppable(

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..cli.common import mask
 from ..errors import ConfigurationError
+from .slo import Judgement, parse_objectives
 
 #: The headers every generated message carries.
 H_PRODUCER, H_SEQ, H_TS, H_WARMUP = "sf-producer", "sf-seq", "sf-ts", "sf-w"
@@ -107,6 +108,10 @@ class LoadConfig:
     one made from the environment with the exporter ``trace_exporter`` (``"console"``,
     ``"otlp"``, ``"none"``; None: ``OTEL_TRACES_EXPORTER``; docs/observability.md). Off by
     default; it costs what the SDK charges per span (tens of microseconds per message).
+
+    Objectives: ``slo`` holds service-level objectives such as ``"p99<5ms"``,
+    ``"missing==0"`` or ``"rate>=0.98*target"`` (:mod:`stompfast.loadgen.slo`), judged
+    on the result (``LoadResult.slo``); one the run cannot measure is refused here.
     """
 
     url: Optional[str] = None
@@ -137,6 +142,7 @@ class LoadConfig:
     drain_timeout: float = 5.0
     trace: bool = False
     trace_exporter: Optional[str] = None
+    slo: Tuple[str, ...] = ()
 
     def validate(self) -> None:
         """Raise :class:`~stompfast.ConfigurationError` (a ValueError) for a value that cannot work."""
@@ -177,6 +183,9 @@ class LoadConfig:
             raise ConfigurationError(
                 f"trace_exporter must be one of {', '.join(TRACE_EXPORTERS)} or None, not {self.trace_exporter!r}"
             )
+        if isinstance(self.slo, str) or not all(isinstance(text, str) for text in self.slo):
+            raise ConfigurationError(f"slo must be a sequence of str objectives, not {self.slo!r}")
+        parse_objectives(self.slo, self)
         if self.count is not None and self.count < self.producers:
             raise ConfigurationError(
                 f"count ({self.count}) must be at least the number of producers ({self.producers})"
@@ -199,6 +208,7 @@ class LoadConfig:
         data["destinations"] = list(self.destinations)
         data["versions"] = list(self.versions) if self.versions else None
         data["heart_beat"] = list(self.heart_beat)
+        data["slo"] = list(self.slo)
         count, duration = self.limits()
         data["count_in_force"], data["duration_in_force"] = count, duration
         return data
@@ -244,6 +254,8 @@ class LoadResult:
     ``histogram``: the merged HdrHistogram of end-to-end latency (microseconds).
     ``client_stats``: the clients' own metrics (``client.stats()``) summed over every
     connection of every worker, taken after they disconnected (:mod:`.clientstats`).
+    ``slo``: each objective of ``config.slo`` judged on this result (``slo_met`` sums them
+    up); an objective does not change ``ok``, which says whether the run was clean.
     """
 
     config: LoadConfig
@@ -267,6 +279,15 @@ class LoadResult:
     #: ``"stopped"``; ``stompfast bench``: ``"interrupted (Ctrl-C)"`` or ``"terminated (SIGTERM)"``).
     #: The counts, rates and latency are then those measured until the stop.
     interrupted: Optional[str] = None
+    #: each of ``config.slo`` judged on this result, in order (empty without objectives)
+    slo: List[Judgement] = dataclasses.field(default_factory=list)
+
+    @property
+    def slo_met(self) -> Optional[bool]:
+        """True when every objective was met, False when one was missed, None without objectives."""
+        if not self.slo:
+            return None
+        return all(j.ok for j in self.slo)
 
     @property
     def loop(self) -> str:
@@ -301,4 +322,6 @@ class LoadResult:
             "versions": dict(self.versions),
             "machine": dict(self.machine),
             "client_stats": dict(self.client_stats),
+            "slo": [j.to_dict() for j in self.slo],
+            "slo_met": self.slo_met,
         }

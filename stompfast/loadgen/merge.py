@@ -17,6 +17,7 @@ from .config import LoadConfig, LoadResult, is_fanout
 from .histogram import histogram_class, new_histogram, percentiles
 from .links import WorkerView
 from .plan import group_name
+from .slo import judge, parse_objectives
 from .timeline import Timeline, max_present, min_present
 
 
@@ -49,7 +50,7 @@ def merge_results(
     total = _latency(timeline)
     t0 = state["t0"]
     end = state.get("stopped_wall", time.time_ns())
-    return LoadResult(
+    result = LoadResult(
         config=config,
         ok=not problems,
         problems=problems,
@@ -68,6 +69,9 @@ def merge_results(
         histogram=total,
         client_stats=merge_records(f["client_stats"] for f in finals if f.get("client_stats")),
     )
+    # The objectives are judged on the merged result: every worker's messages, one histogram.
+    result.slo = judge(parse_objectives(config.slo), result)
+    return result
 
 
 def _merge_counts(finals: List[Dict[str, Any]], destinations: List[str], consumers: int) -> Dict[str, int]:

@@ -175,3 +175,16 @@ async def test_the_run_says_what_it_leaves_on_activemq(broker_url: str) -> None:
     result = await run_load(LoadConfig(url=broker_url, count=500))
     (queue,) = result.broker["destinations"]
     assert result.ok and f"{queue} is left on the broker" in result.broker["cleanup"]
+
+
+@pytest.mark.anyio
+async def test_objectives_are_judged_on_a_real_broker(broker_url: str) -> None:
+    # A fixed-rate run: the loss and rate objectives must hold on every broker, a latency
+    # objective no broker can meet must be missed, each judged on the run's own numbers.
+    result = await run_load(config(broker_url, count=1000, rate=1000, receipts=True,
+                                   slo=("missing==0,duplicates==0,confirmed==1000", "rate>=0.9*target", "p99<1us")))
+    assert_exact(result, 1000)
+    met = {j.objective.text: j.ok for j in result.slo}
+    assert met == {"missing==0": True, "duplicates==0": True, "confirmed==1000": True, "rate>=0.9*target": True,
+                   "p99<1us": False}, [j.describe() for j in result.slo]
+    assert result.slo_met is False
