@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from ..errors import ConfigurationError
 
@@ -223,7 +223,3 @@ def _show(objective: Objective, value: float) -> str:
         return f"{value:,.1f} msgs/s"
     return f"{int(value):,}"
 
-
-def summary(judgements: Sequence[Judgement]) -> Tuple[int, List[str]]:
-    """How many objectives were missed, and one line per objective."""
-    return sum(1 for j in judgements if not j.ok), [j.describe() for j in judgements]
