@@ -47,6 +47,7 @@ from ..cli.common import (
 from ..errors import ConfigurationError
 from .config import ACK_MODES, LoadConfig, LoadInterrupted, LoadResult, Progress
 from .coordinator import run_load
+from .export import write_csv, write_hdr_log
 from .plot import PLOT_HINT, write_plot
 
 BENCH_EPILOG = f"""\
@@ -186,6 +187,9 @@ def add_bench_command(subparsers: Any) -> None:
     add_stats_option(out)
     add_trace_option(out)
     out.add_argument("--plot", metavar="FILE.png", help="write throughput and latency over time (needs matplotlib)")
+    out.add_argument("--csv", metavar="FILE", help="write the timeline as CSV, one row per --interval")
+    out.add_argument("--hdr-log", metavar="FILE",
+                     help="write each interval's latency histogram as an HdrHistogram log (HistogramLogAnalyzer)")
     out.add_argument("--interval", metavar="SECONDS", type=positive_float, default=1.0,
                      help="timeline resolution (default 1)")
     out.add_argument("--loop", choices=("asyncio", "uvloop", "trio"), default=None,
@@ -354,6 +358,9 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
     _print_result(result, args.json, conn.secrets)
     if args.plot:
         _plot(result, args.plot, status)
+    for path, write in ((args.csv, write_csv), (args.hdr_log, write_hdr_log)):
+        if path:
+            _export(result, path, write, status)
     _print_notes(result, args.stats, status, conn.secrets)
     return _verdict(result, stopped, status, conn.secrets)
 
@@ -469,6 +476,16 @@ def _plot(result: LoadResult, path: str, status: Status) -> None:
     except OSError as exc:
         raise Failure(f"cannot write {path}: {exc.strerror or exc}") from exc
     status.info(f"plot written to {path}", "dim")
+
+
+def _export(result: LoadResult, path: str, write: Callable[[LoadResult, Any], None], status: Status) -> None:
+    """``--csv`` or ``--hdr-log``: ``write(result, file)`` into ``path``."""
+    try:
+        with open(path, "w", encoding="utf-8", newline="") as out:
+            write(result, out)
+    except OSError as exc:
+        raise Failure(f"cannot write {path}: {exc.strerror or exc}") from exc
+    status.info(f"{path} written", "dim")
 
 
 def _print_notes(result: LoadResult, stats: bool, status: Status, secrets: Sequence[str]) -> None:

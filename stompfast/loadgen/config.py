@@ -279,6 +279,9 @@ class LoadResult:
     #: ``"stopped"``; ``stompfast bench``: ``"interrupted (Ctrl-C)"`` or ``"terminated (SIGTERM)"``).
     #: The counts, rates and latency are then those measured until the stop.
     interrupted: Optional[str] = None
+    #: each timeline interval's latency histogram (None where nothing was measured), in
+    #: ``timeline`` order: what ``--hdr-log`` writes (not in the JSON)
+    interval_histograms: List[Any] = dataclasses.field(default_factory=list, repr=False)
     #: each of ``config.slo`` judged on this result, in order (empty without objectives)
     slo: List[Judgement] = dataclasses.field(default_factory=list)
 

@@ -60,6 +60,7 @@ def merge_results(
         latency_us=percentiles(total),
         send_lag_us=percentiles(_send_lag(finals)),
         timeline=_timeline_rows(config, timeline, t0, end),
+        interval_histograms=_interval_histograms(timeline),
         errors=error_texts,
         broker=_broker(views, url, in_process, destinations),
         versions=_versions(backend_label),
@@ -249,6 +250,12 @@ def _timeline_rows(config: LoadConfig, timeline: Timeline, t0: int, end: int) ->
             "latency_us": {k: pct[k] for k in ("p50", "p90", "p99", "max")} if pct else None,
         })
     return rows
+
+
+def _interval_histograms(timeline: Timeline) -> List[Any]:
+    """Each interval's merged latency histogram (None for one without), in the order of ``_timeline_rows``."""
+    last_index = max(timeline.rows) if timeline.rows else -1
+    return [timeline.rows[index][5] if index in timeline.rows else None for index in range(last_index + 1)]
 
 
 def _broker(views: List[WorkerView], url: str, in_process: bool, destinations: List[str]) -> Dict[str, Any]:
