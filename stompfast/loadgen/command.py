@@ -49,6 +49,7 @@ from .config import ACK_MODES, LoadConfig, LoadInterrupted, LoadResult, Progress
 from .coordinator import run_load
 from .export import write_csv, write_hdr_log
 from .plot import PLOT_HINT, write_plot
+from .prometheus import MetricsEndpoint, parse_listen
 
 BENCH_EPILOG = f"""\
 Without --url (and without ${ENV_URL}) the in-process test broker is started on a free
@@ -187,6 +188,9 @@ def add_bench_command(subparsers: Any) -> None:
     add_stats_option(out)
     add_trace_option(out)
     out.add_argument("--plot", metavar="FILE.png", help="write throughput and latency over time (needs matplotlib)")
+    out.add_argument("--prometheus", metavar="[HOST:]PORT", type=_listen,
+                     help="serve the live numbers at http://HOST:PORT/metrics while running (host 127.0.0.1 if"
+                     " none; docs/grafana-bench.json is a dashboard over them)")
     out.add_argument("--csv", metavar="FILE", help="write the timeline as CSV, one row per --interval")
     out.add_argument("--hdr-log", metavar="FILE",
                      help="write each interval's latency histogram as an HdrHistogram log (HistogramLogAnalyzer)")
@@ -346,7 +350,17 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
     status = Status(args.quiet)
     target = "the in-process broker" if in_process else conn.url
     status.info(f"stompfast bench: {_describe(config, config.destinations)}; against {target}", "dim")
-    result, caught = _run_with_progress(config, status, args.quiet, args.stats, backend, backend_options)
+    endpoint = MetricsEndpoint(*args.prometheus) if args.prometheus else None
+    if endpoint is not None:
+        status.info(f"metrics at {endpoint.url}", "dim")
+    try:
+        result, caught = _run_with_progress(config, status, args.quiet, args.stats, backend, backend_options,
+                                            endpoint.update if endpoint is not None else None)
+        if endpoint is not None and result is not None:
+            endpoint.finish(result)
+    finally:
+        if endpoint is not None:
+            endpoint.close()
     stopped = Stopped(caught[0]) if caught else None
     if result is None:
         # stopped before the load started, or by a second signal: there is nothing to report
@@ -363,6 +377,14 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
             _export(result, path, write, status)
     _print_notes(result, args.stats, status, conn.secrets)
     return _verdict(result, stopped, status, conn.secrets)
+
+
+def _listen(text: str) -> Tuple[str, int]:
+    """``--prometheus [HOST:]PORT``, checked by argparse (a usage error, exit 2)."""
+    try:
+        return parse_listen(text)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _check_usage(args: argparse.Namespace) -> None:
@@ -426,13 +448,14 @@ def _read_body(path: str) -> bytes:
 
 def _run_with_progress(
     config: LoadConfig, status: Status, quiet: bool, stats: bool, backend: str, backend_options: Dict[str, Any],
+    publish: Optional[Callable[[Progress], None]] = None,
 ) -> Tuple[Optional[LoadResult], List[int]]:
     """Run the load with its progress on stderr; return the result and the signal numbers caught.
 
     The result is None when a signal stopped the run before the load started, or a
     second signal cut it short. The progress is a live line on a terminal with rich,
     otherwise a plain line a second (the first one a second into the run), and nothing
-    with ``quiet``.
+    with ``quiet``. ``publish`` gets every snapshot too (``--prometheus``).
     """
     latest: List[Progress] = [Progress("connecting", 0.0)]
     plain = not quiet and status.console is None
@@ -442,6 +465,8 @@ def _run_with_progress(
 
     def on_progress(p: Progress) -> None:
         latest[0] = p
+        if publish is not None:
+            publish(p)
         if plain and p.phase != "connecting" and p.elapsed - printed[0] >= 1.0:
             printed[0] = p.elapsed
             print(_progress_line(p, live_stats), file=sys.stderr, flush=True)

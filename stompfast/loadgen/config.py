@@ -235,6 +235,9 @@ class Progress:
     #: the clients' own metrics summed over every connection (``client.stats()``, as in
     #: ``LoadResult.client_stats``), refreshed about once a second; None until the first
     client_stats: Optional[Dict[str, Any]] = None
+    #: end-to-end latency of the last interval the workers reported (``p50``, ``p90``, ``p99``,
+    #: ``max``, in microseconds, merged over them), or None before the first
+    latency_us: Optional[Dict[str, float]] = None
 
 
 @dataclasses.dataclass

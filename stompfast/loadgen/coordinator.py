@@ -14,6 +14,7 @@ import anyio
 
 from .clientstats import merge_records
 from .config import LoadConfig, LoadInterrupted, LoadResult, Progress, is_fanout, is_rabbitmq, run_queue_headers
+from .histogram import percentiles
 from .links import LocalLink, ProcessLink, WorkerView, current_backend, process_main
 from .merge import merge_results
 from .plan import plan_workers
@@ -250,7 +251,7 @@ async def _run_until_done(
     """
     copies = _copies(config, destinations)
     drain = _Drain(config.drain_timeout)
-    live = _LiveProgress(config.rate, views, progress, state["t0"])
+    live = _LiveProgress(config.rate, views, progress, state["t0"], timeline)
     while True:
         await anyio.sleep(TICK / 2)
         for view in views:
@@ -354,12 +355,14 @@ class _LiveProgress:
 
     def __init__(
         self, target_rate: Optional[float], views: List[WorkerView], progress: Optional[Callable[[Progress], Any]],
-        t0: int,
+        t0: int, timeline: Timeline,
     ) -> None:
         self.target_rate = target_rate
         self.views = views
         self.progress = progress
         self.t0 = t0
+        # Read only: the latency of the latest interval the workers reported
+        self.timeline = timeline
         self.history: Deque[Tuple[float, int, int]] = deque()
         self.last_report = 0.0
 
@@ -391,7 +394,17 @@ class _LiveProgress:
             receive_rate=(received - r_old) / span if span > 0 else 0.0,
             target_rate=self.target_rate,
             client_stats=merge_records(latest) if latest else None,
+            latency_us=self._latest_latency(),
         ))
+
+    def _latest_latency(self) -> Optional[Dict[str, float]]:
+        """p50, p90, p99 and max of the latest interval with latency the workers reported, or None."""
+        rows = self.timeline.rows
+        for index in sorted(rows, reverse=True):
+            pct = percentiles(rows[index][5])
+            if pct:
+                return {k: pct[k] for k in ("p50", "p90", "p99", "max")}
+        return None
 
 
 def run(
