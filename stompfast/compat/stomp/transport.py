@@ -3,10 +3,15 @@
 Theory of operation
 -------------------
 :class:`Transport` owns one TCP (or TLS) socket at a time. ``start()`` opens it,
-trying each ``(host, port)`` in turn for up to ``reconnect_attempts_max`` rounds with
-stomp.py's backoff, calls ``on_connecting`` and starts one receiver thread. That thread
+trying each ``(host, port)`` in turn for up to ``reconnect_attempts_max`` rounds, with
+stomp.py's pauses between them computed by the client's backoff function and TLS by the
+client's SSL context, calls ``on_connecting`` and starts one receiver thread. That thread
 reads large chunks and feeds them to stompfast's :class:`~stompfast.FrameScanner`
-(compiled when available); each frame becomes a mutable
+(compiled when available). Until the first frame it judges the bytes as the client does
+(a server that is not STOMP, a TLS port), and it refuses a CONNECTED whose heart-beat
+header the client's negotiation refuses: either ends the connection, and
+``connect(wait=True)`` raises ``ConnectFailedException`` with the client's message.
+Each frame becomes a mutable
 :class:`~stompfast.compat.stomp.utils.Frame` and goes to :meth:`Transport.notify`,
 which calls the listeners sorted by name, in the order the frames arrived.
 A chunk of nothing but line ends, with no partial frame pending, is a heart-beat.
