@@ -84,7 +84,7 @@ def not_stomp(host: str, port: int, head: bytes) -> NotStompError:
     )
 
 
-#: what the TLS-port error tells a user of the client to do
+#: What the TLS-port error tells a user of the client to do.
 TLS_PORT_HINT = "use a stomp+ssl:// URL or ssl=True"
 
 

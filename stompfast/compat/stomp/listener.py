@@ -117,7 +117,8 @@ class HeartbeatListener(ConnectionListener):
         self.disconnecting = False
         if "heart-beat" not in frame.headers:
             return
-        # the receiver refused a CONNECTED whose header this would raise on, before any listener
+        # This cannot raise: the receiver refuses a CONNECTED whose header is not two
+        # integers before any listener sees it.
         self.heartbeats = agreed_heartbeats(self.heartbeats, frame.headers["heart-beat"])
         if self.heartbeats == (0, 0):
             return

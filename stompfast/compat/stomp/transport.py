@@ -58,9 +58,10 @@ _KNOWN_FRAMES = frozenset(("connected", "message", "receipt", "error", "heartbea
 # A received chunk holding only these bytes, with no partial frame pending, is heart-beats
 _EOL_BYTES = b"\r\n"
 # How many of the first bytes received are kept to judge (and quote) a server that may not
-# be STOMP: the client keeps as many
+# be STOMP; the client keeps as many, so both quote the same bytes.
 _HEAD = 64
-# What the error for a TLS port spoken to in plain TCP tells a stomp.py user to do
+# The error for a TLS port spoken to in plain TCP tells a stomp.py user to call set_ssl, not
+# to use the client's ssl= option.
 _TLS_PORT_HINT = "call set_ssl() for it"
 
 
@@ -110,7 +111,8 @@ class BaseTransport(listener.Publisher):
         self._connect_wait = threading.Condition()
         self._send_wait = threading.Condition()
         # Why the last connect failed on the receiver's side (a server that is not STOMP,
-        # a CONNECTED the session refuses): wait_for_connection raises it as stomp.py's type
+        # a CONNECTED the session refuses), kept so that wait_for_connection can raise it
+        # as stomp.py's exception type.
         self._connect_failure: Optional[ConnectError] = None
 
     def override_threading(self, create_thread_fc: Callable[[Callable[[], Any]], Any]) -> None:
@@ -367,7 +369,7 @@ class BaseTransport(listener.Publisher):
 
     def _fail_connect(self, failure: ConnectError) -> None:
         # The receiver found that this connection cannot become a session: it logs why,
-        # keeps it for wait_for_connection and stops the loop, whose end wakes that wait
+        # keeps it for wait_for_connection and stops the loop, whose end wakes that wait.
         log.error("closing the connection: %s", failure)
         with self._connect_wait:
             self._connect_failure = failure
@@ -386,9 +388,9 @@ class BaseTransport(listener.Publisher):
         return FrameScanner(version=self.version)
 
     def _refuse_connected(self, frame: utils.Frame) -> Optional[ConnectError]:
-        # The client refuses a CONNECTED whose heart-beat header is not two integers: so
-        # does this layer, before any listener sees the frame (a 1.0 connection offers
-        # no heart-beats and reads none: stomp.py's Protocol10 ignores the header)
+        # The client refuses a CONNECTED whose heart-beat header is not two integers, and
+        # so does this layer, before any listener sees the frame. A 1.0 connection offers
+        # no heart-beats and reads none (stomp.py's Protocol10 ignores the header).
         header = frame.headers.get(HDR_HEARTBEAT)
         if header is None or self.version == "1.0":
             return None
@@ -411,8 +413,8 @@ class BaseTransport(listener.Publisher):
         scanner = self._new_scanner()
         host, port = self.current_host_and_port or ("?", 0)
         # Until the first frame, the bytes received are judged as the client judges them
-        # (stompfast._link.wrong_answer), so a wrong port fails the connect with the
-        # client's error; None once a frame came, so the per-read cost is one test
+        # (stompfast._link.wrong_answer), so that a wrong port fails the connect with the
+        # client's error. It is None once a frame came, so each later read costs one test.
         head: Optional[bytes] = b""
         decode = self._auto_decode
         process = self.process_frame
@@ -441,7 +443,8 @@ class BaseTransport(listener.Publisher):
                     frames = scanner.feed(data)
                 except ProtocolError as exc:
                     if head is not None:
-                        # no frame yet: a STOMP server does not answer CONNECT so
+                        # No frame came yet, and a STOMP server does not answer CONNECT
+                        # with a framing fault: this is another service.
                         failure = not_stomp(host, port, head)
                         failure.__cause__ = exc
                         self._fail_connect(failure)
@@ -782,7 +785,7 @@ class Transport(BaseTransport):
                     log.warning("could not connect to host %s, port %s", *host_and_port, exc_info=log.verbose)
             if self.socket is None:
                 # The client's backoff with stomp.py's parameters: the initial pause grows by
-                # (1 + increase) per round up to the cap, then 0 to jitter of it is added
+                # (1 + increase) per round up to the cap, then 0 to jitter of it is added.
                 pause = backoff_delay(
                     sleep_exp, self.reconnect_sleep_initial, 1.0 + self.reconnect_sleep_increase,
                     self.reconnect_sleep_max, self.reconnect_sleep_jitter, upward_only=True,
@@ -798,7 +801,7 @@ class Transport(BaseTransport):
     def _wrap_tls(self, sock: socket.socket, host_and_port: HostAndPort, params: Dict[str, Any]) -> socket.socket:
         # The client's context, as stomp.py's set_ssl asks for it: verified against
         # ca_certs when given, not verified at all without (stomp.py's default). stomp.py 8
-        # stores ssl_version but ignores it (TLS 1.2+ negotiated), so it is ignored here too
+        # stores ssl_version but ignores it (TLS 1.2+ negotiated), so it is ignored here too.
         context = client_ssl_context(
             cafile=params["ca_certs"], certfile=params["cert_file"], keyfile=params["key_file"],
             password=params.get("password"), verify=bool(params["ca_certs"]),
