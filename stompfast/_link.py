@@ -32,7 +32,15 @@ from ._protocol import Connected, ErrorReceived, Message, StompProtocol
 from ._receipt import PendingReceipt, ReceiptRegistry
 from ._stats import ClientStats, Counters
 from ._subscription import Inlet
-from ._transport import READ_SIZE, AsyncioTransport, StompTransport, TrioTransport, WebSocketSpec, open_transport
+from ._transport import (
+    READ_SIZE,
+    AsyncioTransport,
+    StompTransport,
+    TrioTransport,
+    WebSocketSpec,
+    client_ssl_context,
+    open_transport,
+)
 from .errors import (
     ConnectError,
     ConnectionLostError,
@@ -61,8 +69,8 @@ def could_be_stomp(head: bytes) -> bool:
     return any(start[: len(answer)] == answer[: len(start)] for answer in _ANSWERS)
 
 
-def not_stomp(endpoint: Endpoint, head: bytes) -> NotStompError:
-    """The error for a server that answered CONNECT with ``head``, quoted short and escaped."""
+def not_stomp(host: str, port: int, head: bytes) -> NotStompError:
+    """The error for a server at ``host:port`` that answered CONNECT with ``head``, quoted short and escaped."""
     # The first line says what the service is ("HTTP/1.1 400 ...", "AMQP..."); the
     # repr of bytes escapes everything unprintable, so the quote is safe in a log line.
     shown = head.lstrip(b"\r\n")
@@ -70,10 +78,34 @@ def not_stomp(endpoint: Endpoint, head: bytes) -> NotStompError:
     cut = min(end + 1 if end >= 0 else len(shown), 40)
     quote = repr(shown[:cut]) + ("..." if cut < len(shown) else "")
     return NotStompError(
-        f"the server at {endpoint.host}:{endpoint.port} does not speak STOMP (it answered {quote}):"
+        f"the server at {host}:{port} does not speak STOMP (it answered {quote}):"
         " is this the broker's STOMP port?",
-        host=endpoint.host, port=endpoint.port, received=bytes(head),
+        host=host, port=port, received=bytes(head),
     )
+
+
+#: What the TLS-port error tells a user of the client to do.
+TLS_PORT_HINT = "use a stomp+ssl:// URL or ssl=True"
+
+
+def wrong_answer(
+    host: str, port: int, head: bytes, data: bytes, buffered: int, tls_hint: str = TLS_PORT_HINT
+) -> Optional[ConnectError]:
+    """The error for a server whose answer to CONNECT cannot be STOMP, or None while it still can be.
+
+    ``head`` is the first bytes received so far (up to 64), ``data`` the latest read, and
+    ``buffered`` the bytes of a partial frame the scanner holds from earlier reads. A TLS
+    record (an alert or a handshake) at the start of a read with nothing buffered means
+    a TLS port spoken to in plain TCP; a head that cannot begin CONNECTED or ERROR means
+    another service (:func:`could_be_stomp`). The client and the stomp.py layer both
+    judge a server's first bytes with it, so both give the same errors.
+    """
+    if data[:1] in (b"\x15", b"\x16") and data[1:2] == b"\x03" and not buffered:
+        # a TLS record (alert or handshake) where a STOMP frame was expected
+        return ConnectError(f"{host}:{port} answered with TLS: it is a TLS port ({tls_hint})")
+    if not could_be_stomp(head):
+        return not_stomp(host, port, head)
+    return None
 
 
 class LinkSettings:
@@ -138,7 +170,7 @@ class LinkSettings:
         tls = self.tls(endpoint)
         if isinstance(tls, _ssl.SSLContext):
             return tls
-        return _ssl.create_default_context() if tls else None
+        return client_ssl_context() if tls else None
 
 
 class Lost(NamedTuple):
@@ -585,14 +617,9 @@ async def _await_connected(
             raise ConnectError(
                 f"{endpoint.host}:{endpoint.port} closed the connection before CONNECTED ({hint})"
             )
-        if data[:1] in (b"\x15", b"\x16") and data[1:2] == b"\x03" and not protocol.buffered:
-            # a TLS record (alert or handshake) where a STOMP frame was expected
-            raise ConnectError(
-                f"{endpoint.host}:{endpoint.port} answered with TLS: it is a TLS port"
-                " (use a stomp+ssl:// URL or ssl=True)"
-            )
-        if not could_be_stomp(head):
-            raise not_stomp(endpoint, head)
+        wrong = wrong_answer(endpoint.host, endpoint.port, head, data, protocol.buffered)
+        if wrong is not None:
+            raise wrong
         try:
             events = protocol.receive_data(data)
         except RemoteProtocolError as exc:
@@ -602,7 +629,7 @@ async def _await_connected(
             # server and keeps its own, more precise, error.
             if exc.offset is None and head.lstrip(b"\r\n").startswith(b"CONNECTED"):
                 raise
-            raise not_stomp(endpoint, head) from exc
+            raise not_stomp(endpoint.host, endpoint.port, head) from exc
         for i, event in enumerate(events):
             if isinstance(event, Connected):
                 # The rest are dispatched, and counted, with the session's

@@ -32,7 +32,32 @@ from typing import Any, Dict, Optional
 from ._config import check_positive
 from .errors import ConfigurationError
 
-__all__ = ["ConnectionEvent", "ReconnectPolicy"]
+__all__ = ["ConnectionEvent", "ReconnectPolicy", "backoff_delay"]
+
+
+def backoff_delay(
+    failed: int,
+    initial: float,
+    multiplier: float,
+    max_delay: float,
+    jitter: float,
+    rng: Any = random,
+    *,
+    upward_only: bool = False,
+) -> float:
+    """Seconds to wait after the ``failed``-th consecutive failed attempt (1-based).
+
+    ``initial * multiplier**(failed - 1)``, capped at ``max_delay``, then spread by up
+    to ``jitter`` of itself: in either direction (:class:`ReconnectPolicy`'s, so that
+    clients cut off together return apart), or with ``upward_only`` only longer, by 0
+    to ``jitter`` of it (stomp.py's ``reconnect_sleep_jitter``, as the stomp.py layer
+    needs it). The cap comes before the spread in both, as in stomp.py.
+    """
+    base: float = min(initial * multiplier ** max(failed - 1, 0), max_delay)
+    if jitter:
+        spread = rng.random() if upward_only else 2 * rng.random() - 1
+        base *= 1 + jitter * spread
+    return max(base, 0.0)
 
 
 class ReconnectPolicy:
@@ -118,10 +143,7 @@ class ReconnectPolicy:
 
     def delay(self, failed: int, rng: Any = random) -> float:
         """Seconds to wait after the ``failed``-th consecutive failed attempt (1-based)."""
-        base: float = min(self.initial_delay * self.multiplier ** max(failed - 1, 0), self.max_delay)
-        if self.jitter:
-            base *= 1 + self.jitter * (2 * rng.random() - 1)
-        return max(base, 0.0)
+        return backoff_delay(failed, self.initial_delay, self.multiplier, self.max_delay, self.jitter, rng)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)

@@ -46,12 +46,40 @@ from anyio.abc import ByteStream
 from .errors import ConnectError, ConnectionLostError, ConnectTimeout, TLSError
 
 __all__ = [
-    "READ_SIZE", "AsyncioTransport", "PushTransport", "StompTransport", "Transport", "WebSocketSpec", "describe_error",
-    "open_transport",
+    "READ_SIZE", "AsyncioTransport", "PushTransport", "StompTransport", "Transport", "WebSocketSpec",
+    "client_ssl_context", "describe_error", "open_transport",
 ]
 
 #: Bytes asked for per read: large reads hand many frames to the scanner at once.
 READ_SIZE = 256 * 1024
+
+
+def client_ssl_context(
+    cafile: Optional[str] = None,
+    certfile: Optional[str] = None,
+    keyfile: Optional[str] = None,
+    password: Optional[str] = None,
+    verify: bool = True,
+) -> ssl.SSLContext:
+    """The SSL context a client connects with: ``ssl.create_default_context``'s, plus what is asked.
+
+    ``cafile`` replaces the system's CAs as the trusted ones; ``certfile`` (with
+    ``keyfile`` and its ``password``) is the client's own certificate. ``verify=False``
+    checks neither the certificate nor the host name (stomp.py's ``set_ssl`` without
+    ``ca_certs``); the protocol versions (TLS 1.2 and later) and ciphers stay the defaults.
+    The client's ``ssl=True`` and the stomp.py layer's ``set_ssl`` both build theirs here.
+    """
+    if verify:
+        context = ssl.create_default_context(cafile=cafile)
+    else:
+        # The default context would load the system's CAs only for nothing to check
+        # against them; PROTOCOL_TLS_CLIENT has the same versions and ciphers without.
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if certfile:
+        context.load_cert_chain(certfile, keyfile or certfile, password)
+    return context
 
 
 class StompTransport(Protocol):

@@ -1,4 +1,4 @@
-"""Drop-in replacements for other STOMP clients' APIs, on stompfast's engine.
+"""Drop-in replacements for other STOMP clients' APIs, on stompfast's wire layer and shared core code.
 
 ``stompfast.compat.stomp`` is stomp.py 8's public API. :func:`install` (opt-in, never
 done on import) makes ``import stomp`` give it, for code and tests that cannot be edited::

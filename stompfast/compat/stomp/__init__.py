@@ -1,4 +1,4 @@
-"""stomp.py 8's public API on stompfast's frame scanner and encoder: change one import to switch.
+"""stomp.py 8's public API on stompfast's scanner, encoder and client code: change one import to switch.
 
 ::
 
@@ -15,7 +15,11 @@ their ``StompConnection1x`` aliases, the listeners (``ConnectionListener``,
 modules ``connect``, ``listener``, ``protocol``, ``transport``, ``utils``,
 ``exception``, ``constants``, ``logging`` (and ``log``, stomp.py 9's name for it).
 :func:`stompfast.compat.install` makes ``import stomp`` give this package, for code that
-cannot be edited. What differs from stomp.py, and why: ``docs/migrating.md``.
+cannot be edited. The frames are scanned and encoded by stompfast's scanner and encoder;
+heart-beats are negotiated, a server's first bytes judged (is it STOMP at all?), the
+connect backoff computed and the SSL context built by the same functions as the client's.
+The sockets and threads are this package's own, as stomp.py's are. What differs from
+stomp.py, and why: ``docs/migrating.md``.
 """
 
 from typing import Any

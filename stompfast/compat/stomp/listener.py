@@ -81,6 +81,16 @@ class ConnectionListener:
         """The receiver thread is ending; ``frame`` is always ``None``."""
 
 
+def agreed_heartbeats(offered: Tuple[int, int], header: str) -> Tuple[int, int]:
+    """The heart-beats ``(send, receive)`` in ms agreed from ours and CONNECTED's ``heart-beat`` header.
+
+    Spaces are removed first, as stomp.py does; the rest is the client's negotiation
+    (:func:`utils.calculate_heartbeats`): the broker's values clamped to one hour, a
+    header that is not two integers refused with :class:`stompfast.RemoteProtocolError`.
+    """
+    return utils.calculate_heartbeats(header.replace(" ", "").split(","), offered)
+
+
 class HeartbeatListener(ConnectionListener):
     """Heart-beats for a 1.1/1.2 connection: adds ``heart-beat`` to CONNECT and runs a heart-beat thread.
 
@@ -107,9 +117,9 @@ class HeartbeatListener(ConnectionListener):
         self.disconnecting = False
         if "heart-beat" not in frame.headers:
             return
-        self.heartbeats = utils.calculate_heartbeats(
-            frame.headers["heart-beat"].replace(" ", "").split(","), self.heartbeats
-        )
+        # This cannot raise: the receiver refuses a CONNECTED whose header is not two
+        # integers before any listener sees it.
+        self.heartbeats = agreed_heartbeats(self.heartbeats, frame.headers["heart-beat"])
         if self.heartbeats == (0, 0):
             return
         self.send_sleep = self.heartbeats[0] / 1000

@@ -3,10 +3,15 @@
 Theory of operation
 -------------------
 :class:`Transport` owns one TCP (or TLS) socket at a time. ``start()`` opens it,
-trying each ``(host, port)`` in turn for up to ``reconnect_attempts_max`` rounds with
-stomp.py's backoff, calls ``on_connecting`` and starts one receiver thread. That thread
+trying each ``(host, port)`` in turn for up to ``reconnect_attempts_max`` rounds, with
+stomp.py's pauses between them computed by the client's backoff function and TLS by the
+client's SSL context, calls ``on_connecting`` and starts one receiver thread. That thread
 reads large chunks and feeds them to stompfast's :class:`~stompfast.FrameScanner`
-(compiled when available); each frame becomes a mutable
+(compiled when available). Until the first frame it judges the bytes as the client does
+(a server that is not STOMP, a TLS port), and it refuses a CONNECTED whose heart-beat
+header the client's negotiation refuses: either ends the connection, and
+``connect(wait=True)`` raises ``ConnectFailedException`` with the client's message.
+Each frame becomes a mutable
 :class:`~stompfast.compat.stomp.utils.Frame` and goes to :meth:`Transport.notify`,
 which calls the listeners sorted by name, in the order the frames arrived.
 A chunk of nothing but line ends, with no partial frame pending, is a heart-beat.
@@ -21,8 +26,6 @@ connection's ``wait_timeout``) says so.
 
 import errno
 import functools
-import math
-import random
 import select
 import socket
 import ssl
@@ -32,9 +35,12 @@ from time import monotonic
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ... import FrameScanner, encode_frame
-from ...errors import ProtocolError
+from ..._link import not_stomp, wrong_answer
+from ..._reconnect import backoff_delay
+from ..._transport import client_ssl_context
+from ...errors import ConnectError, ProtocolError
 from . import exception, listener, logging as log, utils
-from .constants import CMD_DISCONNECT, HDR_CONTENT_LENGTH, HDR_RECEIPT
+from .constants import CMD_DISCONNECT, HDR_CONTENT_LENGTH, HDR_HEARTBEAT, HDR_RECEIPT
 
 try:
     from socket import SO_KEEPALIVE, SOL_SOCKET, SOL_TCP, TCP_KEEPCNT, TCP_KEEPIDLE, TCP_KEEPINTVL
@@ -51,6 +57,12 @@ HostAndPort = Tuple[str, int]
 _KNOWN_FRAMES = frozenset(("connected", "message", "receipt", "error", "heartbeat"))
 # A received chunk holding only these bytes, with no partial frame pending, is heart-beats
 _EOL_BYTES = b"\r\n"
+# How many of the first bytes received are kept to judge (and quote) a server that may not
+# be STOMP; the client keeps as many, so both quote the same bytes.
+_HEAD = 64
+# The error for a TLS port spoken to in plain TCP tells a stomp.py user to call set_ssl, not
+# to use the client's ssl= option.
+_TLS_PORT_HINT = "call set_ssl() for it"
 
 
 class BaseTransport(listener.Publisher):
@@ -98,6 +110,10 @@ class BaseTransport(listener.Publisher):
         self._receiver_ident: Optional[int] = None
         self._connect_wait = threading.Condition()
         self._send_wait = threading.Condition()
+        # Why the last connect failed on the receiver's side (a server that is not STOMP,
+        # a CONNECTED the session refuses), kept so that wait_for_connection can raise it
+        # as stomp.py's exception type.
+        self._connect_failure: Optional[ConnectError] = None
 
     def override_threading(self, create_thread_fc: Callable[[Callable[[], Any]], Any]) -> None:
         """Create the receiver thread with ``create_thread_fc(callback)``, which must start it."""
@@ -111,6 +127,8 @@ class BaseTransport(listener.Publisher):
         """
         self.running = True
         self.session_version = None
+        with self._connect_wait:
+            self._connect_failure = None
         self.attempt_connection()
         with self._receiver_exit:
             self._receiver_exited = False
@@ -335,13 +353,27 @@ class BaseTransport(listener.Publisher):
 
         Raises:
             ConnectFailedException: the connection ended, or is not connected when the wait ends.
+                When the server's answer showed why (it is not STOMP, or its CONNECTED
+                is refused), the exception says so in the client's words, and its
+                ``__cause__`` is the client's error (:class:`~stompfast.NotStompError`...).
         """
         pace = timeout / 10.0 if timeout is not None else None
         with self._connect_wait:
             while self.running and not self.is_connected() and not self.connection_error:
                 self._connect_wait.wait(pace)
+            failure = self._connect_failure
+        if failure is not None:
+            raise exception.ConnectFailedException(str(failure)) from failure
         if not self.running or not self.is_connected():
             raise exception.ConnectFailedException()
+
+    def _fail_connect(self, failure: ConnectError) -> None:
+        # The receiver found that this connection cannot become a session: it logs why,
+        # keeps it for wait_for_connection and stops the loop, whose end wakes that wait.
+        log.error("closing the connection: %s", failure)
+        with self._connect_wait:
+            self._connect_failure = failure
+        self.running = False
 
     def _claim_disconnected(self) -> bool:
         # on_disconnected once per connection, also when disconnect_socket() runs in another
@@ -355,6 +387,22 @@ class BaseTransport(listener.Publisher):
     def _new_scanner(self) -> FrameScanner:
         return FrameScanner(version=self.version)
 
+    def _refuse_connected(self, frame: utils.Frame) -> Optional[ConnectError]:
+        # The client refuses a CONNECTED whose heart-beat header is not two integers, and
+        # so does this layer, before any listener sees the frame. A 1.0 connection offers
+        # no heart-beats and reads none (stomp.py's Protocol10 ignores the header).
+        header = frame.headers.get(HDR_HEARTBEAT)
+        if header is None or self.version == "1.0":
+            return None
+        try:
+            listener.agreed_heartbeats((0, 0), header)
+        except ProtocolError as exc:
+            host, port = self.current_host_and_port or ("?", 0)
+            failure = ConnectError(f"{host}:{port} answered CONNECT with a CONNECTED the session refuses: {exc}")
+            failure.__cause__ = exc
+            return failure
+        return None
+
     def _receiver_loop(self, generation: int) -> None:
         """The receiver thread: read, scan and hand out frames until the connection ends.
 
@@ -363,6 +411,11 @@ class BaseTransport(listener.Publisher):
         self._receiver_ident = threading.get_ident()
         log.debug("starting receiver loop (%s)", threading.current_thread())
         scanner = self._new_scanner()
+        host, port = self.current_host_and_port or ("?", 0)
+        # Until the first frame, the bytes received are judged as the client judges them
+        # (stompfast._link.wrong_answer), so that a wrong port fails the connect with the
+        # client's error. It is None once a frame came, so each later read costs one test.
+        head: Optional[bytes] = b""
         decode = self._auto_decode
         process = self.process_frame
         # The MESSAGE path below inlines process_frame's and notify's; a subclass (or an
@@ -380,15 +433,29 @@ class BaseTransport(listener.Publisher):
                     data = b""
                 if not data:
                     break
+                if head is not None:
+                    head += data[: _HEAD - len(head)]
+                    wrong = wrong_answer(host, port, head, data, scanner.buffered, _TLS_PORT_HINT)
+                    if wrong is not None:
+                        self._fail_connect(wrong)
+                        break
                 try:
                     frames = scanner.feed(data)
                 except ProtocolError as exc:
+                    if head is not None:
+                        # No frame came yet, and a STOMP server does not answer CONNECT
+                        # with a framing fault: this is another service.
+                        failure = not_stomp(host, port, head)
+                        failure.__cause__ = exc
+                        self._fail_connect(failure)
+                        break
                     log.error("closing the connection: the broker broke the framing rules: %s", exc)
                     break
                 if not frames:
                     if not scanner.buffered and not data.strip(_EOL_BYTES):
                         self.notify("heartbeat", utils.HEARTBEAT_FRAME)
                     continue
+                head = None
                 for raw in frames:
                     body: Any = raw.body
                     if decode:
@@ -410,6 +477,10 @@ class BaseTransport(listener.Publisher):
                                 callback(f)
                     else:
                         if command == "CONNECTED":
+                            refused = self._refuse_connected(f)
+                            if refused is not None:
+                                self._fail_connect(refused)
+                                break
                             # the session's version decides the escapes from here on, both
                             # ways (1.0: none), also when the broker chose a lower one
                             self.session_version = scanner.version = f.headers.get("version", "1.0")
@@ -713,11 +784,12 @@ class Transport(BaseTransport):
                     count += 1
                     log.warning("could not connect to host %s, port %s", *host_and_port, exc_info=log.verbose)
             if self.socket is None:
-                pause = min(
-                    self.reconnect_sleep_max,
-                    (self.reconnect_sleep_initial / (1.0 + self.reconnect_sleep_increase))
-                    * math.pow(1.0 + self.reconnect_sleep_increase, sleep_exp),
-                ) * (1.0 + random.random() * self.reconnect_sleep_jitter)
+                # The client's backoff with stomp.py's parameters: the initial pause grows by
+                # (1 + increase) per round up to the cap, then 0 to jitter of it is added.
+                pause = backoff_delay(
+                    sleep_exp, self.reconnect_sleep_initial, 1.0 + self.reconnect_sleep_increase,
+                    self.reconnect_sleep_max, self.reconnect_sleep_jitter, upward_only=True,
+                )
                 end = monotonic() + pause
                 while self.running and monotonic() < end:
                     time.sleep(min(0.2, max(0.0, end - monotonic())))
@@ -727,18 +799,13 @@ class Transport(BaseTransport):
             raise exception.ConnectFailedException()
 
     def _wrap_tls(self, sock: socket.socket, host_and_port: HostAndPort, params: Dict[str, Any]) -> socket.socket:
-        # stomp.py 8 stores ssl_version but builds every context with PROTOCOL_TLS_CLIENT
-        # (TLS 1.2+ negotiated): old code passing PROTOCOL_TLSv1 connects there, so here too
-        context = ssl.SSLContext(DEFAULT_SSL_VERSION)
-        if params["ca_certs"]:
-            context.load_verify_locations(params["ca_certs"])
-            context.verify_mode = ssl.CERT_REQUIRED
-        else:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        if params["cert_file"]:
-            context.load_cert_chain(params["cert_file"], params["key_file"] or params["cert_file"],
-                                    params.get("password"))
+        # The client's context, as stomp.py's set_ssl asks for it: verified against
+        # ca_certs when given, not verified at all without (stomp.py's default). stomp.py 8
+        # stores ssl_version but ignores it (TLS 1.2+ negotiated), so it is ignored here too.
+        context = client_ssl_context(
+            cafile=params["ca_certs"], certfile=params["cert_file"], keyfile=params["key_file"],
+            password=params.get("password"), verify=bool(params["ca_certs"]),
+        )
         tls = context.wrap_socket(sock, server_hostname=host_and_port[0])
         validator = params["cert_validator"]
         if validator is not None:

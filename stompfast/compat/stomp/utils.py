@@ -15,6 +15,7 @@ import threading
 import uuid
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from ..._protocol import negotiate_heart_beat
 from .constants import *  # noqa: F401,F403
 from .constants import HDR_CONTENT_LENGTH
 
@@ -154,13 +155,13 @@ def clean_lines(lines: Any) -> str:
 def calculate_heartbeats(shb: Sequence[str], chb: Tuple[int, int]) -> Tuple[int, int]:
     """The agreed heart-beats ``(send, receive)`` in ms from the server's header pair and the client's ints.
 
-    STOMP 1.1, Heart-beating: each side sends at ``max(cx, sy)`` unless either is 0.
+    STOMP 1.1, Heart-beating: each side sends at ``max(cx, sy)`` unless either is 0. It is
+    the client's negotiation (``negotiate_heart_beat``), so two things differ from
+    stomp.py: a server value above one hour is taken as one hour, and a value that is
+    not ASCII digits raises :class:`stompfast.RemoteProtocolError` (stomp.py takes whatever
+    ``int()`` takes, and raises its ``ValueError`` on the rest).
     """
-    sx, sy = shb
-    cx, cy = chb
-    x = max(cx, int(sy)) if cx != 0 and sy != "0" else 0
-    y = max(cy, int(sx)) if cy != 0 and sx != "0" else 0
-    return x, y
+    return negotiate_heart_beat(chb, ",".join(shb))
 
 
 def convert_frame(frame: "Frame") -> List[bytes]:
