@@ -566,6 +566,7 @@ def test_what_is_expected_counts_a_copy_per_consumer_on_a_topic() -> None:
 
 def test_live_progress_reports_rates_over_the_last_second_every_quarter_second() -> None:
     from stompfast.loadgen.coordinator import _LiveProgress
+    from stompfast.loadgen.timeline import Timeline
 
     seen = []
     live = _LiveProgress(500.0, [], seen.append, t0=0, timeline=Timeline())
