@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 from ..errors import ConfigurationError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .config import LoadConfig, LoadResult
+    from .config import LoadConfig
 
 __all__ = ["Judgement", "Objective", "judge", "parse_objectives"]
 
@@ -165,18 +165,25 @@ def _check_measurable(objective: Objective, config: "LoadConfig") -> None:
         raise ConfigurationError(f"--slo {objective.text!r}: only a run with --receipts counts confirmed messages")
 
 
-def judge(objectives: Sequence[Objective], result: "LoadResult") -> List[Judgement]:
-    """Each objective against ``result``, in the order given."""
+def judge(objectives: Sequence[Objective], result: Any, config: Optional["LoadConfig"] = None) -> List[Judgement]:
+    """Each objective against ``result``, in the order given.
+
+    ``result`` is a :class:`~.config.LoadResult`, or anything with its ``counts``,
+    ``rates``, ``histogram`` and ``latency_us`` (Spark's ``ClusterLoadResult``) and the
+    run's ``config`` given apart.
+    """
+    config = config if config is not None else result.config
+    assert config is not None
     judgements = []
     for objective in objectives:
-        limit = objective.limit(result.config) if objective.factor is None or result.config.rate else math.nan
-        value = _measured(objective, result)
+        limit = objective.limit(config) if objective.factor is None or config.rate else math.nan
+        value = _measured(objective, result, config)
         ok = value is not None and not math.isnan(limit) and _compare(value, objective.op, limit)
         judgements.append(Judgement(objective, limit, value, ok))
     return judgements
 
 
-def _measured(objective: Objective, result: "LoadResult") -> Optional[float]:
+def _measured(objective: Objective, result: Any, config: "LoadConfig") -> Optional[float]:
     metric = objective.metric
     if objective.kind == "count":
         return float(result.counts.get(metric, 0))
@@ -184,7 +191,7 @@ def _measured(objective: Objective, result: "LoadResult") -> Optional[float]:
         rates = result.rates
         key = {"send_rate": "send_msgs_per_s", "receive_rate": "receive_msgs_per_s"}.get(metric)
         if key is None:
-            key = "receive_msgs_per_s" if result.config.consumers else "send_msgs_per_s"
+            key = "receive_msgs_per_s" if config.consumers else "send_msgs_per_s"
         value = rates.get(key)
         return None if value is None else float(value)
     histogram = result.histogram

@@ -25,6 +25,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from ..errors import ConfigurationError
+from ..loadgen.slo import judge, parse_objectives
 from ._options import get_int
 
 __all__ = ["ClusterLoadResult", "LOADGEN_SCHEMA", "StompLoadgenDataSource", "run_cluster_load"]
@@ -38,7 +39,8 @@ LOADGEN_SCHEMA = (
 )
 
 #: LoadConfig fields that cannot be given as options (the split ones are per cluster, see below).
-_NOT_OPTIONS = {"body", "headers", "processes", "destinations"}
+# (``slo``: judged by run_cluster_load on the merged result, not by each task)
+_NOT_OPTIONS = {"body", "headers", "processes", "destinations", "slo"}
 
 
 def _config_from_options(options: Dict[str, str]) -> Dict[str, Any]:
@@ -158,7 +160,8 @@ class ClusterLoadResult:
     received messages over the span from the first worker's start to the last one's
     end. ``latency_us``: percentiles of the merged histogram. ``client_stats``: the
     clients' own metrics summed over every worker (as ``LoadResult.client_stats``).
-    ``rows``: the workers'.
+    ``rows``: the workers'. ``slo``: each objective of the config's ``slo`` judged on the
+    merged result (:mod:`stompfast.loadgen.slo`; empty without objectives).
     """
 
     ok: bool
@@ -169,10 +172,12 @@ class ClusterLoadResult:
     rows: List[Dict[str, Any]]
     histogram: Any = dataclasses.field(default=None, repr=False)
     client_stats: Dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    slo: List[Any] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
         return {"ok": self.ok, "problems": self.problems, "counts": self.counts, "rates": self.rates,
                 "latency_us": self.latency_us, "client_stats": self.client_stats,
+                "slo": [j.to_dict() for j in self.slo],
                 "rows": [{k: v for k, v in r.items() if k not in ("histogram", "client_stats")} for r in self.rows]}
 
 
@@ -240,9 +245,14 @@ def run_cluster_load(
     if workers is None:
         workers = spark.sparkContext.defaultParallelism
     opts["workers"] = str(workers)
+    objectives = parse_objectives(config.slo, config) if config is not None else []
     register(spark)
     rows = spark.read.format("stomp-loadgen").options(**opts).load().collect()
-    return merge_rows([r.asDict() for r in rows])
+    result = merge_rows([r.asDict() for r in rows])
+    if objectives:
+        # Judged once, on every task's messages and one merged histogram
+        result.slo = judge(objectives, result, config)
+    return result
 
 
 

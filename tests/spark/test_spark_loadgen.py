@@ -17,8 +17,14 @@ def test_loadgen_source_totals_match_the_broker(spark: Any, target: Any) -> None
     prefix = target.queue()
     before = target.broker.stats if target.broker is not None else None
     result = run_cluster_load(spark, LoadConfig(url=target.url, count=n, receipts=True, drain_timeout=5.0,
-                                                destinations=(prefix,)), workers=2)
+                                                destinations=(prefix,), slo=("received==2000,p99<60s", "p50<1us")),
+                              workers=2)
     assert result.ok, result.problems
+    # the objectives are judged once, on both tasks' merged counts and histogram
+    assert [(j.objective.text, j.value, j.ok) for j in result.slo][:1] == [("received==2000", 2000.0, True)]
+    assert [j.ok for j in result.slo] == [True, True, False]
+    assert result.slo[2].value == float(result.histogram.get_value_at_percentile(50.0))
+    assert [o["ok"] for o in result.to_dict()["slo"]] == [True, True, False]
     assert len(result.rows) == 2 and {r["worker"] for r in result.rows} == {0, 1}
     c = result.counts
     assert c["sent"] == c["confirmed"] == c["received"] == c["distinct"] == n
