@@ -975,31 +975,27 @@ class StompProtocol:
 
     def _events(self, frames: Sequence[Frame]) -> List[Event]:
         events: List[Event] = []
+        # Checked once per feed, not per frame: skipped messages are rare, and only
+        # a feed that skipped one can hold a frame to deliver as an OversizedMessage.
+        skipping = self._scanner.skipped != self._skipped
         try:
-            self._append_events(frames, events)
+            self._append_events(frames, events, skipping)
         except RemoteProtocolError as exc:
             self.state = SessionState.FAILED
             exc.events = events  # type: ignore[attr-defined]  # the frames before the fault
             raise
         finally:
-            # Checked once per feed, not per frame: skipped messages are rare.
-            if self._scanner.skipped != self._skipped:
-                self._mark_oversized(events)
+            if skipping:
+                self._skipped = self._scanner.skipped
         return events
-
-    def _mark_oversized(self, events: List[Event]) -> None:
-        """Re-class the Messages of skipped frames as OversizedMessage (the same object)."""
-        self._skipped = self._scanner.skipped
-        for event in events:
-            if type(event) is Message and type(event.frame) is not Frame:
-                event.__class__ = OversizedMessage
 
     @property
     def max_frame_bytes(self) -> int:
         """The largest frame the scanner takes (``max_frame_bytes``)."""
         return self._scanner.max_frame_bytes
 
-    def _append_events(self, frames: Sequence[Frame], events: List[Event]) -> None:
+    def _append_events(self, frames: Sequence[Frame], events: List[Event], skipping: bool) -> None:
+        """Turn ``frames`` into ``events``; with ``skipping``, a skipped frame (not a Frame) is an OversizedMessage."""
         append = events.append
         connected, disconnecting = SessionState.CONNECTED, SessionState.DISCONNECTING
         for frame in frames:
@@ -1015,7 +1011,7 @@ class StompProtocol:
                     raise RemoteProtocolError(f"the broker sent a MESSAGE without a subscription header: {frame!r}")
                 message_id = headers.get("message-id")
                 append(
-                    Message(
+                    (OversizedMessage if skipping and type(frame) is not Frame else Message)(
                         frame,
                         subscription,
                         message_id,
