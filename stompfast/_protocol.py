@@ -157,7 +157,8 @@ class StompProtocol:
         self.persistent = persistent
         #: the broker named by CONNECTED's server header (broker_of), once connected
         self.broker: Optional[str] = None
-        # How frames are written: the escaping and the broker's headers, settled at CONNECTED
+        # The encoder writes every frame but the per-message ones; it learns the broker and the
+        # escaping to use at CONNECTED, from _connected.
         self._encoder = FrameEncoder(persistent=persistent, routing_headers=routing_headers)
         self.state = SessionState.IDLE
         self._send_heads: Dict[Tuple[str, Optional[str]], bytes] = {}
