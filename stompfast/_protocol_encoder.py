@@ -112,6 +112,7 @@ class FrameEncoder:
         self.routing = self.routing_headers and broker == "artemis"
 
     def encode(self, command: str, headers: Any, body: bytes = b"") -> bytes:
+        """The frame ``command`` with ``headers`` and ``body``, escaped by the negotiated rules."""
         return encode_frame(command, headers, body, self.wire_version)
 
     def add_routing(self, h: Dict[str, Any], name: str, destination: str) -> None:
