@@ -92,6 +92,14 @@ __all__ = [
 _SEND_HEADS_MAX = 1024
 
 
+def _message_or_oversized(
+    frame: Frame, subscription: str, message_id: Optional[str], ack_id: Optional[str], session: Any
+) -> Message:
+    """The event of a MESSAGE in a feed that skipped a frame: an OversizedMessage for the skipped one."""
+    cls = Message if type(frame) is Frame else OversizedMessage
+    return cls(frame, subscription, message_id, ack_id, session)
+
+
 # -- the session ------------------------------------------------------------------------
 
 
@@ -738,6 +746,9 @@ class StompProtocol:
     def _append_events(self, frames: Sequence[Frame], events: List[Event], skipping: bool) -> None:
         """Turn ``frames`` into ``events``; with ``skipping``, a skipped frame (not a Frame) is an OversizedMessage."""
         append = events.append
+        # Only a feed that skipped a frame (rare) builds its MESSAGEs through the function that
+        # picks the class; every other feed builds Message itself, with no test per message.
+        message = _message_or_oversized if skipping else Message
         connected, disconnecting = SessionState.CONNECTED, SessionState.DISCONNECTING
         for frame in frames:
             command = frame[0]
@@ -752,7 +763,7 @@ class StompProtocol:
                     raise RemoteProtocolError(f"the broker sent a MESSAGE without a subscription header: {frame!r}")
                 message_id = headers.get("message-id")
                 append(
-                    (OversizedMessage if skipping and type(frame) is not Frame else Message)(
+                    message(
                         frame,
                         subscription,
                         message_id,
