@@ -1,10 +1,11 @@
 """What the brokers stompfast knows do differently, and the headers and rules it follows for each.
 
 One place for every per-broker fact the client acts on, so that the session
-(``_protocol.py``) asks "which broker, what header" instead of spelling broker
-names. A broker is known by the start of CONNECTED's ``server`` header, never by
-URL (a failover list may mix brokers); docs/brokers.md has the table and the
-measurements behind each entry. Pure data and functions: no I/O.
+(``_protocol.py``, and its encoder in ``_protocol_encoder.py``) asks "which
+broker, what header" instead of spelling broker names. A broker is known by the
+start of CONNECTED's ``server`` header, never by URL (a failover list may mix
+brokers); docs/brokers.md has the table and the measurements behind each entry.
+Pure data and functions: no I/O.
 """
 
 from __future__ import annotations

@@ -10,11 +10,19 @@ state and the rules of the negotiated version *before* anything is encoded, so
 a refused call (``LocalProtocolError``) leaves nothing half-sent.
 
 The session moves through the states of :data:`TRANSITIONS`, a table kept in
-this one file (the h11 way): a frame or call not listed for the current state
-is refused. Receipt, subscription and transaction ids come from counters (a
-counter is cheaper than a uuid and unique within a connection, which is all
-STOMP asks). Heart-beat arithmetic is here too; the time itself is passed in by
-the caller (seconds, any monotonic clock).
+``_protocol_states.py`` (the h11 way): a frame or call not listed for the
+current state is refused, and this class is the one object that moves the
+state. Receipt, subscription and transaction ids come from counters (a counter
+is cheaper than a uuid and unique within a connection, which is all STOMP
+asks). Heart-beat arithmetic is here too; the time itself is passed in by the
+caller (seconds, any monotonic clock).
+
+Its parts, each in a module of its own: the rules as pure functions
+(``_protocol_rules.py``: versions, heart-beat negotiation, escaping, option
+checks), the encoding of the frames it decided to send (``_protocol_encoder.py``:
+:class:`FrameEncoder`, with the headers of the negotiated broker), and the
+broker's ERRORs read as exceptions (``_protocol_errors.py``). The per-message
+paths (the common SEND, the 1.2 ACK, a MESSAGE in) stay here, inline.
 
 The events it returns (:class:`Connected`, :class:`Message`, :class:`ReceiptReceived`,
 :class:`ErrorReceived`) are defined in ``_events.py`` and importable from here too.
@@ -23,8 +31,7 @@ Nothing here or there imports anyio, asyncio, socket or time: a test enforces it
 
 from __future__ import annotations
 
-import enum
-from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ._brokers import (
     ARTEMIS_TX_ACK,
@@ -35,24 +42,30 @@ from ._brokers import (
     check_durable,
     check_message_options,
     check_selector,
-    default_persistent,
-    durable_headers,
-    forget_headers,
     message_option_headers,
-    prefetch_headers,
-    routing_type,
 )
 from ._common import copy_error
 from ._events import ACK_QUEUED, Connected, ErrorReceived, Event, Message, OversizedMessage, ReceiptReceived
-from ._scanner import FrameScanner, encode_frame
-from .errors import (
-    AuthenticationError,
-    ConfigurationError,
-    LocalProtocolError,
-    RemoteProtocolError,
-    ServerError,
-    StaleMessageError,
+from ._protocol_encoder import FrameEncoder, check_without_length, connect_headers, send_headers
+from ._protocol_errors import BrokerErrors, error_keeps_session, server_error
+from ._protocol_rules import (
+    ACK_MODES,
+    MAX_HEART_BEAT_MS,
+    SUPPORTED_VERSIONS,
+    add_settle_headers,
+    check_ack_mode,
+    check_destination,
+    check_heart_beat,
+    check_persistent,
+    check_versions,
+    escape_12,
+    escaping_rules,
+    negotiate_heart_beat,
+    with_client_id,
 )
+from ._protocol_states import ALLOWED, TRANSITIONS, SessionState
+from ._scanner import FrameScanner, encode_frame
+from .errors import ConfigurationError, LocalProtocolError, RemoteProtocolError, ServerError, StaleMessageError
 from .frames import Frame
 
 __all__ = [
@@ -70,175 +83,21 @@ __all__ = [
     "ReceiptReceived",
     "SessionState",
     "StompProtocol",
+    "check_destination",
     "negotiate_heart_beat",
 ]
 
-SUPPORTED_VERSIONS: Tuple[str, ...] = ("1.0", "1.1", "1.2")
-#: Brokers (by the start of their ``server`` header) that escape headers on STOMP 1.0
-#: sessions although 1.0 has no escaping, and the escaping rules to use with them
-#: on the wire, ``(what we send, what we read)``, seen on these machines:
-#: RabbitMQ escapes ``:`` as ``\c`` in what it sends and reads a backslash in what
-#: it receives as an escape (an undefined one closes the connection): 1.1 both
-#: ways. ActiveMQ unescapes ``\\``, ``\n`` and ``\c`` in what it receives but sends
-#: raw: 1.1 out, 1.0 in.
-ESCAPING_ON_1_0: Dict[str, Tuple[str, str]] = {"RabbitMQ/": ("1.1", "1.1"), "ActiveMQ/": ("1.1", "1.0")}
-ACK_MODES = ("auto", "client", "client-individual")
 
-
-class SessionState(enum.Enum):
-    # Nothing sent yet
-    IDLE = "idle"
-    # CONNECT (or STOMP) sent, waiting for CONNECTED
-    CONNECTING = "connecting"
-    # The session is up
-    CONNECTED = "connected"
-    # DISCONNECT sent, waiting for its RECEIPT
-    DISCONNECTING = "disconnecting"
-    # DISCONNECT confirmed, or the connection ended
-    CLOSED = "closed"
-    # ERROR received or a protocol fault: the connection is unusable
-    FAILED = "failed"
-
-    # Enum's own __hash__ is a Python function (hash of the name); members are
-    # singletons compared by identity, so the C identity hash is equivalent and
-    # keeps the TRANSITIONS lookups off the per-frame path's profile.
-    __hash__ = object.__hash__
-
-
-S = SessionState
-#: (state, what happens) -> next state. "what happens" is an outbound command
-#: (``"SEND"``), an inbound one (``"<MESSAGE"``), or ``"lost"`` (the transport ended).
-TRANSITIONS: Dict[Tuple[SessionState, str], SessionState] = {
-    (S.IDLE, "CONNECT"): S.CONNECTING,
-    (S.CONNECTING, "<CONNECTED"): S.CONNECTED,
-    (S.CONNECTING, "<ERROR"): S.FAILED,
-    **{
-        (S.CONNECTED, c): S.CONNECTED
-        for c in ("SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT")
-    },
-    (S.CONNECTED, "<MESSAGE"): S.CONNECTED,
-    (S.CONNECTED, "<RECEIPT"): S.CONNECTED,
-    (S.CONNECTED, "<ERROR"): S.FAILED,
-    # An ERROR the broker is known to send without ending the connection (see
-    # ERRORS_THAT_KEEP_THE_SESSION): the session goes on.
-    (S.CONNECTED, "<ERROR kept"): S.CONNECTED,
-    (S.DISCONNECTING, "<ERROR kept"): S.DISCONNECTING,
-    (S.CONNECTED, "DISCONNECT"): S.DISCONNECTING,
-    # After DISCONNECT the broker may still deliver what it had in flight, and
-    # receipts for earlier frames; the DISCONNECT receipt closes the session.
-    (S.DISCONNECTING, "<MESSAGE"): S.DISCONNECTING,
-    (S.DISCONNECTING, "<RECEIPT"): S.DISCONNECTING,
-    (S.DISCONNECTING, "<ERROR"): S.FAILED,
-    **{(state, "lost"): S.CLOSED for state in (S.IDLE, S.CONNECTING, S.CONNECTED, S.DISCONNECTING)},
-    (S.CLOSED, "lost"): S.CLOSED,
-    (S.FAILED, "lost"): S.FAILED,
-}
-del S
-
-#: what may happen in each state: ``_check`` is one set lookup on the hot path
-_ALLOWED: Dict[SessionState, FrozenSet[str]] = {
-    state: frozenset(what for (s, what) in TRANSITIONS if s is state) for state in SessionState
-}
 #: encoded SEND heads kept per (destination, content-type) before the cache is cleared
 _SEND_HEADS_MAX = 1024
-#: ERROR frames after the one that ended a session kept in ``ServerError.errors``; more are counted
-MAX_LATER_ERRORS = 7
 
 
-def check_destination(destination: Any) -> None:
-    """Refuse a destination that is not a ``str``: encoded, ``5`` would go out as ``destination:5``."""
-    if not isinstance(destination, str):
-        raise TypeError(f"destination must be a str, not {type(destination).__name__}")
-
-
-def _escape_12(value: str) -> str:
-    """A header value escaped by STOMP 1.2's rules (backslash first, so added ones stay single)."""
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace(":", "\\c")
-
-
-# -- arithmetic -----------------------------------------------------------------------
-
-
-#: The largest heart-beat interval taken from a broker, in ms (one hour): larger
-#: values are clamped to it. See :func:`negotiate_heart_beat`.
-#: The headers of an ACK or NACK that the client writes itself: extra headers may not replace them.
-SETTLE_RESERVED = frozenset({"id", "message-id", "subscription", "transaction", "receipt"})
-
-
-def _add_settle_headers(command: str, h: Dict[str, Any], headers: Mapping[str, Any]) -> None:
-    """Add the caller's extra ``headers`` to an ACK or NACK's ``h`` (the client's own are refused)."""
-    for name, value in headers.items():
-        if name in SETTLE_RESERVED:
-            raise LocalProtocolError(
-                f"the {command} header {name!r} is written by the client (it names the message, the"
-                " transaction or the receipt): it cannot be given in headers"
-            )
-        h[name] = value
-
-
-MAX_HEART_BEAT_MS = 3_600_000
-
-
-def negotiate_heart_beat(client: Tuple[int, int], server: Optional[str]) -> Tuple[int, int]:
-    """Negotiated ``(send_ms, receive_ms)`` from our ``heart-beat`` and the broker's header.
-
-    STOMP 1.1 "Heart-beating": client to server, 0 if ``cx`` or ``sy`` is 0, else
-    ``MAX(cx, sy)``; server to client, 0 if ``sx`` or ``cy`` is 0, else ``MAX(sx, cy)``.
-    A missing header is "0,0".
-
-    The header is read strictly. STOMP 1.2: "When used, the heart-beat header MUST
-    contain two positive integers separated by a comma": each is one or more ASCII
-    digits (``0`` allowed, as the spec's own "0,0"), nothing else, so no sign,
-    space, ``_`` or non-ASCII digit (all of which ``int()`` would take). Anything
-    else is a :class:`~stompfast.RemoteProtocolError` naming the header. An empty
-    header is taken as a missing one ("0,0": no beats either way, the safe reading).
-
-    A broker value above :data:`MAX_HEART_BEAT_MS` (one hour) is clamped to it
-    rather than refused: the session is still usable, we beat at least hourly (the
-    spec's "at least every <n> milliseconds" is kept by beating more often), and
-    ``heart-beat:99999999999,1`` can no longer push the liveness deadline ~9.5 years
-    out. No broker beats less often than every few minutes (RabbitMQ's default is
-    60 s); an hour only bounds a mistaken or hostile header. Our own ``(cx, cy)``
-    are not clamped: they are the caller's choice.
-    """
-    cx, cy = client
-    sx = sy = 0
-    if server:
-        parts = server.split(",")
-        if len(parts) != 2 or not all(part.isascii() and part.isdigit() for part in parts):
-            shown = repr(server) if len(server) <= 64 else f"{server[:64]!r}..."
-            raise RemoteProtocolError(
-                f"CONNECTED has an invalid heart-beat header {shown}: it must be two integers of ASCII digits"
-                " separated by a comma"
-            )
-        # at most 10 digits go through int(): anything longer is over the cap anyway
-        sx, sy = (min(int(part) if len(part) <= 10 else MAX_HEART_BEAT_MS, MAX_HEART_BEAT_MS) for part in parts)
-    send = 0 if cx == 0 or sy == 0 else max(cx, sy)
-    receive = 0 if sx == 0 or cy == 0 else max(sx, cy)
-    return send, receive
-
-
-def _check_versions(versions: Iterable[str]) -> Tuple[str, ...]:
-    if isinstance(versions, str):
-        versions = [v.strip() for v in versions.split(",")]
-    result = tuple(versions)
-    if not result:
-        raise ConfigurationError("versions must name at least one STOMP version")
-    for v in result:
-        if v not in SUPPORTED_VERSIONS:
-            raise ConfigurationError(f"unsupported STOMP version {v!r}: choose from {', '.join(SUPPORTED_VERSIONS)}")
-    return result
-
-
-def _check_heart_beat(heart_beat: Sequence[int]) -> Tuple[int, int]:
-    try:
-        cx, cy = heart_beat
-    except (TypeError, ValueError):
-        raise ConfigurationError(f"heart_beat must be a pair of milliseconds (cx, cy), not {heart_beat!r}") from None
-    for v in (cx, cy):
-        if type(v) is not int or v < 0:
-            raise ConfigurationError(f"heart_beat values must be non-negative int milliseconds, not {heart_beat!r}")
-    return cx, cy
+def _message_or_oversized(
+    frame: Frame, subscription: str, message_id: Optional[str], ack_id: Optional[str], session: Any
+) -> Message:
+    """The event of a MESSAGE in a feed that skipped a frame: an OversizedMessage for the skipped one."""
+    cls = Message if type(frame) is Frame else OversizedMessage
+    return cls(frame, subscription, message_id, ack_id, session)
 
 
 # -- the session ------------------------------------------------------------------------
@@ -288,36 +147,27 @@ class StompProtocol:
         client_id: Optional[str] = None,
         persistent: Optional[bool] = None,
     ) -> None:
-        self.versions = _check_versions(versions)
-        self.requested_heart_beat = _check_heart_beat(heart_beat)
+        self.versions = check_versions(versions)
+        self.requested_heart_beat = check_heart_beat(heart_beat)
         if use_stomp_command and self.versions == ("1.0",):
             raise ConfigurationError("the STOMP command needs version 1.1 or later; 1.0 brokers only know CONNECT")
         self.host = host
         self.login = login
         self.passcode = passcode
-        self.connect_headers = dict(connect_headers or {})
-        if client_id is not None:
-            if not isinstance(client_id, str) or not client_id:
-                raise ConfigurationError(f"client_id must be a non-empty str, not {client_id!r}")
-            given = self.connect_headers.get("client-id")
-            if given is not None and given != client_id:
-                raise ConfigurationError(
-                    f"client_id={client_id!r} and connect_headers' client-id {given!r} differ: give one"
-                )
-            self.connect_headers["client-id"] = client_id
+        self.connect_headers = with_client_id(connect_headers, client_id)
         #: the connection's client-id (client_id=, or connect_headers'), or None
         self.client_id: Optional[str] = self.connect_headers.get("client-id")
         self.use_stomp_command = use_stomp_command
         #: on Artemis, /queue/ and /topic/ get their routing-type headers (ANYCAST, MULTICAST)
         self.routing_headers = routing_headers
-        if persistent is not None and type(persistent) is not bool:
-            raise ConfigurationError(f"persistent must be True, False or None, not {persistent!r}")
+        check_persistent(persistent)
         #: the client's persistent= option: which SENDs get persistent:true when they do not say
         self.persistent = persistent
         #: the broker named by CONNECTED's server header (broker_of), once connected
         self.broker: Optional[str] = None
-        # routing_headers, and the broker is Artemis
-        self._routing = False
+        # The encoder writes every frame but the per-message ones; it learns the broker and the
+        # escaping to use at CONNECTED, from _connected.
+        self._encoder = FrameEncoder(persistent=persistent, routing_headers=routing_headers)
         self.state = SessionState.IDLE
         self._send_heads: Dict[Tuple[str, Optional[str]], bytes] = {}
         # The heads of send_plain, by destination
@@ -328,8 +178,6 @@ class StompProtocol:
         self.server: Optional[str] = None
         self.session: Optional[str] = None
         self.heart_beat: Tuple[int, int] = (0, 0)
-        # The escaping rules of what we send (see ESCAPING_ON_1_0)
-        self._wire_version = "1.0"
         self._ack_header = False
         # Before negotiation, header values are read with 1.0 rules and CONNECTED
         # is never unescaped anyway.
@@ -352,11 +200,7 @@ class StompProtocol:
         self._transactions: Set[str] = set()
         self.disconnect_receipt: Optional[str] = None
         # The ERROR that ended the session, and the ERRORs the broker sent after it
-        self._ending: Optional[ServerError] = None
-        self._later_errors: List[ServerError] = []
-        self._more_errors = 0
-        # Later bytes are still scanned for ERRORs (until a framing fault)
-        self._reading_errors = False
+        self._errors = BrokerErrors()
 
     # -- state -------------------------------------------------------------------
 
@@ -368,7 +212,7 @@ class StompProtocol:
     @state.setter
     def state(self, state: SessionState) -> None:
         self._state = state
-        self._allowed = _ALLOWED[state]
+        self._allowed = ALLOWED[state]
 
     def _move(self, what: str) -> None:
         state = TRANSITIONS.get((self._state, what))
@@ -385,15 +229,12 @@ class StompProtocol:
 
     def _check(self, what: str) -> None:
         if what not in self._allowed:
-            if self._ending is not None:
+            if self._errors.ending is not None:
                 # The broker's ERROR ended the session: that is why nothing more can be
                 # sent, and a driver may not have failed its caller with it yet (it is
                 # still reading the broker's later ERRORs).
                 raise copy_error(self.ending_error)  # type: ignore[arg-type]  # (an ERROR came)
             raise LocalProtocolError(f"cannot send {what} while the session is {self.state.value}")
-
-    def _encode(self, command: str, headers: Any, body: bytes = b"") -> bytes:
-        return encode_frame(command, headers, body, self._wire_version)
 
     def _receipt_id(self) -> str:
         self._receipts += 1
@@ -411,16 +252,6 @@ class StompProtocol:
                     h[name] = value
         return receipt_id
 
-    def _add_persistence(self, h: Dict[str, Any], destination: str) -> None:
-        """``persistent:true`` where :func:`default_persistent` says so and the caller's headers do not say.
-
-        Every broker keeps a STOMP message that does not ask to be persistent in
-        memory only: a broker restart loses it. Called where a SEND's head is
-        built (once per destination on the hot path).
-        """
-        if "persistent" not in h and default_persistent(self.broker, destination, self.persistent):
-            h["persistent"] = "true"
-
     def message_headers(
         self, headers: Optional[Mapping[str, Any]], ttl: Optional[float], priority: Optional[int],
         persistent: Optional[bool], now: float,
@@ -436,38 +267,14 @@ class StompProtocol:
         h.update(message_option_headers(self.broker, ttl, priority, persistent, now))
         return h
 
-    def _add_routing(self, h: Dict[str, Any], name: str, destination: str) -> None:
-        """On Artemis, ``name`` (destination-type or subscription-type) for a /queue/ or /topic/ destination.
-
-        A stock Artemis makes new addresses MULTICAST: without it a ``/queue/``
-        behaves as a topic (what is sent before a consumer exists is dropped).
-        A header the caller set wins.
-        """
-        if self._routing and name not in h:
-            kind = routing_type(destination)
-            if kind is not None:
-                h[name] = kind
-
     # -- outbound ----------------------------------------------------------------
 
     def connect(self) -> bytes:
         """The CONNECT (or STOMP) frame that opens the session."""
         self._check("CONNECT")
-        headers: Dict[str, str] = {}
-        if self.versions != ("1.0",):
-            headers["accept-version"] = ",".join(self.versions)
-        if self.host is not None:
-            headers["host"] = self.host
-        if self.login is not None:
-            headers["login"] = self.login
-        if self.passcode is not None:
-            headers["passcode"] = self.passcode
-        # Brokers enforce a heart-beat header even when the session settles on 1.0,
-        # so it is sent whenever beats are wanted.
-        if self.requested_heart_beat != (0, 0):
-            headers["heart-beat"] = "%d,%d" % self.requested_heart_beat
-        for name, value in self.connect_headers.items():
-            headers.setdefault(name, value)
+        headers = connect_headers(
+            self.versions, self.host, self.login, self.passcode, self.requested_heart_beat, self.connect_headers
+        )
         command = "STOMP" if self.use_stomp_command else "CONNECT"
         # CONNECT is never escaped on any version
         data = encode_frame(command, headers, b"", "1.2")
@@ -495,7 +302,9 @@ class StompProtocol:
         if "SEND" not in self._allowed:
             self._check("SEND")
         if not content_length:
-            return self._send_without_length(destination, body, headers, content_type, receipt, transaction)
+            check_without_length(body, headers)
+            h, receipt_id = self._send_headers(destination, headers, content_type, receipt, transaction)
+            return self._encoder.send_without_length(h, destination, body), receipt_id
         if not headers and transaction is None:
             # The common SEND: its head is encoded once per destination and content
             # type; the same bytes encode_frame would build, in the same order
@@ -523,42 +332,18 @@ class StompProtocol:
                 return b"".join((head, self._length_line, body, b"\0")), receipt_id
             return head + b"\n\0", receipt_id
         h, receipt_id = self._send_headers(destination, headers, content_type, receipt, transaction)
-        return self._encode("SEND", h, body), receipt_id
+        return self._encoder.send(h, destination, body), receipt_id
 
     def _send_headers(
         self, destination: str, headers: Optional[Mapping[str, Any]], content_type: Optional[str], receipt: bool,
         transaction: Optional[str],
     ) -> Tuple[Dict[str, Any], Optional[str]]:
-        """The headers of a SEND (ours first, then the caller's, then Artemis routing) and its receipt id."""
+        """The headers of a SEND (ours first, then the caller's) and its receipt id; the encoder adds the broker's."""
         check_destination(destination)
-        h: Dict[str, Any] = {"destination": destination}
-        if content_type is not None:
-            h["content-type"] = content_type
         if transaction is not None:
             self._check_transaction(transaction)
-            h["transaction"] = transaction
-        receipt_id = self._finish(h, receipt, headers)
-        self._add_routing(h, "destination-type", destination)
-        self._add_persistence(h, destination)
-        return h, receipt_id
-
-    def _send_without_length(
-        self, destination: str, body: bytes, headers: Optional[Mapping[str, Any]], content_type: Optional[str],
-        receipt: bool, transaction: Optional[str],
-    ) -> Tuple[bytes, Optional[str]]:
-        """The SEND of :meth:`send` with ``content_length=False``: the head encoded alone, then the body."""
-        nul = body.find(b"\0")
-        if nul >= 0:
-            raise LocalProtocolError(
-                f"the body holds a NUL byte (at offset {nul}): without content-length the frame would end"
-                " there; send it with content_length=True (a BytesMessage on ActiveMQ and Artemis)"
-            )
-        if headers and any(name.lower() == "content-length" for name in headers if isinstance(name, str)):
-            raise LocalProtocolError("content_length=False and a content-length header contradict each other")
-        h, receipt_id = self._send_headers(destination, headers, content_type, receipt, transaction)
-        # An empty body gets no content-length from the encoder: its head is ours.
-        head = self._encode("SEND", h)
-        return b"".join((head[:-1], body, b"\0")), receipt_id
+        receipt_id = self._receipt_id() if receipt else None
+        return send_headers(destination, content_type, transaction, receipt_id, headers), receipt_id
 
     def check_send(
         self, destination: str, headers: Optional[Mapping[str, Any]] = None, content_type: Optional[str] = None
@@ -571,11 +356,7 @@ class StompProtocol:
         not checked (a queued send may wait for a reconnect).
         """
         check_destination(destination)
-        h: Dict[str, Any] = {"destination": destination}
-        if content_type is not None:
-            h["content-type"] = content_type
-        self._finish(h, False, headers)
-        self._encode("SEND", h)
+        self._encoder.encode("SEND", send_headers(destination, content_type, None, None, headers))
 
     def encode_send(
         self,
@@ -596,17 +377,7 @@ class StompProtocol:
         if "SEND" not in self._allowed:
             self._check("SEND")
         check_destination(destination)
-        h: Dict[str, Any] = {"destination": destination}
-        if content_type is not None:
-            h["content-type"] = content_type
-        h["receipt"] = receipt_id
-        if headers:
-            for name, value in headers.items():
-                if name not in h:
-                    h[name] = value
-        self._add_routing(h, "destination-type", destination)
-        self._add_persistence(h, destination)
-        return encode_frame("SEND", h, body, self._wire_version)
+        return self._encoder.send(send_headers(destination, content_type, None, receipt_id, headers), destination, body)
 
     def send_plain(self, destination: str, body: bytes) -> bytes:
         """The hot SEND: ``body`` is ``bytes``; no headers, content type, receipt or transaction.
@@ -633,15 +404,8 @@ class StompProtocol:
         return head + b"\n\0"
 
     def _send_head(self, destination: str, content_type: Optional[str]) -> bytes:
-        # Here, on a cache miss only: the hot path pays nothing
-        check_destination(destination)
-        h = {"destination": destination}
-        if content_type is not None:
-            h["content-type"] = content_type
-        self._add_routing(h, "destination-type", destination)
-        self._add_persistence(h, destination)
-        # "SEND\n...\n" without the blank line and NUL
-        head = self._encode("SEND", h)[:-2]
+        # Here, on a cache miss only: the hot path pays nothing.
+        head = self._encoder.send_head(destination, content_type)
         if len(self._send_heads) >= _SEND_HEADS_MAX:
             self._send_heads.clear()
             self._plain_heads.clear()
@@ -680,10 +444,7 @@ class StompProtocol:
         """
         self._check("SUBSCRIBE")
         check_destination(destination)
-        if ack not in ACK_MODES:
-            raise ConfigurationError(f"ack must be one of {', '.join(ACK_MODES)}, not {ack!r}")
-        if ack == "client-individual" and self.version == "1.0":
-            raise LocalProtocolError("ack mode client-individual needs STOMP 1.1 or later; this session is 1.0")
+        check_ack_mode(ack, self.version)
         # A broker that ignores selectors would deliver every message: refused, nothing sent
         check_selector(self.broker, self.server, headers)
         if durable is not None:
@@ -696,13 +457,7 @@ class StompProtocol:
             raise LocalProtocolError(f"subscription id {id!r} is already in use on this connection")
         h: Dict[str, Any] = {"destination": destination, "id": id, "ack": ack}
         receipt_id = self._finish(h, receipt, headers)
-        if prefetch is not None and not any(name in h for name in PREFETCH_HEADERS):
-            h.update(prefetch_headers(self.broker, prefetch))
-        if durable is not None:
-            for name, value in durable_headers(self.broker, durable).items():
-                h.setdefault(name, value)
-        self._add_routing(h, "subscription-type", destination)
-        data = self._encode("SUBSCRIBE", h)
+        data = self._encoder.subscribe(h, destination, prefetch, durable)
         self._subscriptions[id] = ack
         if durable is not None:
             self._durable[id] = durable
@@ -739,15 +494,8 @@ class StompProtocol:
         name = self._durable.get(subscription)
         if forget and name is None:
             raise LocalProtocolError(f"subscription {subscription!r} is not durable: there is nothing to forget")
-        # STOMP 1.0 names the subscription by destination or id; id works on every broker.
-        h: Dict[str, Any] = {"id": subscription}
-        first = b""
-        if forget and name is not None:
-            if self.broker == "activemq":
-                first = self._encode("UNSUBSCRIBE", {"id": subscription})
-            h.update(forget_headers(self.broker, name))
-        receipt_id = self._finish(h, receipt)
-        data = first + self._encode("UNSUBSCRIBE", h)
+        receipt_id = self._receipt_id() if receipt else None
+        data = self._encoder.unsubscribe(subscription, name if forget else None, receipt_id)
         del self._subscriptions[subscription]
         self._durable.pop(subscription, None)
         return data, receipt_id
@@ -788,6 +536,8 @@ class StompProtocol:
             )
         if transaction is not None:
             self.check_transactional_settle(command)
+        # STOMP 1.2: "The ACK frame MUST include an id header matching the ack header of the
+        # MESSAGE being acknowledged"; 1.1: message-id and subscription; 1.0: message-id.
         if self.version == "1.2":
             if message.ack_id is None:
                 raise RemoteProtocolError(f"the broker sent message {message.message_id!r} without an ack header")
@@ -803,7 +553,6 @@ class StompProtocol:
             h["transaction"] = transaction
         return h
 
-
     def ack(
         self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False,
         headers: Optional[Mapping[str, Any]] = None,
@@ -818,9 +567,9 @@ class StompProtocol:
             self._check("ACK")
         h = self.ack_headers("ACK", message, transaction)
         if headers:
-            _add_settle_headers("ACK", h, headers)
+            add_settle_headers("ACK", h, headers)
         receipt_id = self._finish(h, receipt)
-        data = self._encode("ACK", h)
+        data = self._encoder.encode("ACK", h)
         # After every refusal (the encoder's too): a refused ACK leaves it unsettled
         message.claim_settle("ACK")
         return data, receipt_id
@@ -846,13 +595,13 @@ class StompProtocol:
                 message.settled = "ACK"
                 if "\\" in ack_id or ":" in ack_id or "\n" in ack_id or "\r" in ack_id:
                     # ActiveMQ's ids hold ':'
-                    ack_id = _escape_12(ack_id)
+                    ack_id = escape_12(ack_id)
                 return b"ACK\nid:%s\n\n\0" % ack_id.encode("utf-8")
         if "ACK" not in self._allowed:
             self._check("ACK")
         h = self.ack_headers("ACK", message, None)
         message.claim_settle("ACK", queued=True)
-        return self._encode("ACK", h)
+        return self._encoder.encode("ACK", h)
 
     def nack(
         self, message: Message, *, transaction: Optional[str] = None, receipt: bool = False,
@@ -870,9 +619,9 @@ class StompProtocol:
             raise LocalProtocolError("NACK does not exist in STOMP 1.0; this session is 1.0")
         h = self.ack_headers("NACK", message, transaction)
         if headers:
-            _add_settle_headers("NACK", h, headers)
+            add_settle_headers("NACK", h, headers)
         receipt_id = self._finish(h, receipt)
-        data = self._encode("NACK", h)
+        data = self._encoder.encode("NACK", h)
         message.claim_settle("NACK")
         return data, receipt_id
 
@@ -890,7 +639,7 @@ class StompProtocol:
             raise LocalProtocolError(f"transaction {transaction!r} is already open")
         h: Dict[str, Any] = {"transaction": transaction}
         receipt_id = self._finish(h, receipt)
-        data = self._encode("BEGIN", h)
+        data = self._encoder.encode("BEGIN", h)
         self._transactions.add(transaction)
         return data, transaction, receipt_id
 
@@ -899,7 +648,7 @@ class StompProtocol:
         self._check_transaction(transaction)
         h: Dict[str, Any] = {"transaction": transaction}
         receipt_id = self._finish(h, receipt)
-        data = self._encode(command, h)
+        data = self._encoder.encode(command, h)
         self._transactions.discard(transaction)
         return data, receipt_id
 
@@ -926,7 +675,7 @@ class StompProtocol:
         self._check("DISCONNECT")
         h: Dict[str, Any] = {}
         receipt_id = self.disconnect_receipt = self._finish(h, receipt)
-        data = self._encode("DISCONNECT", h)
+        data = self._encoder.encode("DISCONNECT", h)
         self._move("DISCONNECT")
         return data, receipt_id
 
@@ -954,7 +703,7 @@ class StompProtocol:
         """
         if self._state is SessionState.FAILED:
             # After ERROR (or a fault) only a later ERROR counts
-            if self._reading_errors:
+            if self._errors.reading:
                 self._read_later_errors(data)
             return []
         try:
@@ -964,7 +713,7 @@ class StompProtocol:
             events = self._events(exc.frames)
             if events and type(events[-1]) is ErrorReceived:
                 # The fault came after the broker's ERROR: ignored, and ends the reading of later ERRORs
-                self._reading_errors = False
+                self._errors.stop_reading()
                 return events
             self.state = SessionState.FAILED
             exc.events = events  # type: ignore[attr-defined]
@@ -975,32 +724,31 @@ class StompProtocol:
 
     def _events(self, frames: Sequence[Frame]) -> List[Event]:
         events: List[Event] = []
+        # Checked once per feed, not per frame: skipped messages are rare, and only
+        # a feed that skipped one can hold a frame to deliver as an OversizedMessage.
+        skipping = self._scanner.skipped != self._skipped
         try:
-            self._append_events(frames, events)
+            self._append_events(frames, events, skipping)
         except RemoteProtocolError as exc:
             self.state = SessionState.FAILED
             exc.events = events  # type: ignore[attr-defined]  # the frames before the fault
             raise
         finally:
-            # Checked once per feed, not per frame: skipped messages are rare.
-            if self._scanner.skipped != self._skipped:
-                self._mark_oversized(events)
+            if skipping:
+                self._skipped = self._scanner.skipped
         return events
-
-    def _mark_oversized(self, events: List[Event]) -> None:
-        """Re-class the Messages of skipped frames as OversizedMessage (the same object)."""
-        self._skipped = self._scanner.skipped
-        for event in events:
-            if type(event) is Message and type(event.frame) is not Frame:
-                event.__class__ = OversizedMessage
 
     @property
     def max_frame_bytes(self) -> int:
         """The largest frame the scanner takes (``max_frame_bytes``)."""
         return self._scanner.max_frame_bytes
 
-    def _append_events(self, frames: Sequence[Frame], events: List[Event]) -> None:
+    def _append_events(self, frames: Sequence[Frame], events: List[Event], skipping: bool) -> None:
+        """Turn ``frames`` into ``events``; with ``skipping``, a skipped frame (not a Frame) is an OversizedMessage."""
         append = events.append
+        # Only a feed that skipped a frame (rare) builds its MESSAGEs through the function that
+        # picks the class; every other feed builds Message itself, with no test per message.
+        message = _message_or_oversized if skipping else Message
         connected, disconnecting = SessionState.CONNECTED, SessionState.DISCONNECTING
         for frame in frames:
             command = frame[0]
@@ -1015,7 +763,7 @@ class StompProtocol:
                     raise RemoteProtocolError(f"the broker sent a MESSAGE without a subscription header: {frame!r}")
                 message_id = headers.get("message-id")
                 append(
-                    Message(
+                    message(
                         frame,
                         subscription,
                         message_id,
@@ -1038,17 +786,16 @@ class StompProtocol:
                 append(self._connected(frame))
             elif command == "ERROR":
                 connecting = self._state is SessionState.CONNECTING
-                if not connecting and self._error_keeps_session(frame[1]):
+                if not connecting and error_keeps_session(self.server, frame[1]):
                     self._move("<ERROR kept")
-                    append(ErrorReceived(self._server_error(frame, connecting), ends_session=False))
+                    append(ErrorReceived(server_error(frame, connecting), ends_session=False))
                     continue
                 self._move("<ERROR")
-                self._ending = self._server_error(frame, connecting)
-                self._reading_errors = True
+                self._errors.end(frame, connecting)
                 # The connection ends here: of the later frames only ERRORs count
                 after = next(i for i, f in enumerate(frames) if f is frame) + 1
-                self._fold_errors(frames[after:])
-                append(ErrorReceived(self.ending_error))  # type: ignore[arg-type]  # (set above)
+                self._errors.fold(frames[after:])
+                append(ErrorReceived(self._errors.error))  # type: ignore[arg-type]  # (set above)
                 return
             else:
                 raise RemoteProtocolError(f"the broker sent a {command} frame, which only clients send")
@@ -1066,13 +813,8 @@ class StompProtocol:
         self._ack_header = version == "1.2"
         self.server = headers.get("server")
         self.broker = broker_of(self.server)
-        self._routing = self.routing_headers and self.broker == "artemis"
-        send_rules = read_rules = version
-        if version == "1.0" and self.server:
-            for prefix, rules in ESCAPING_ON_1_0.items():
-                if self.server.startswith(prefix):
-                    send_rules, read_rules = rules
-        self._wire_version = send_rules
+        send_rules, read_rules = escaping_rules(version, self.server)
+        self._encoder.negotiated(send_rules, self.broker)
         self._scanner.version = read_rules
         self.session = headers.get("session")
         self.heart_beat = negotiate_heart_beat(self.requested_heart_beat, headers.get("heart-beat"))
@@ -1081,52 +823,21 @@ class StompProtocol:
     @property
     def ending_error(self) -> Optional[ServerError]:
         """The ERROR that ended the session with every later ERROR folded in (``ServerError.errors``); None before."""
-        if self._ending is None or not (self._later_errors or self._more_errors):
-            return self._ending
-        return self._ending.followed_by(self._later_errors, self._more_errors)
+        return self._errors.error
 
     @property
     def reading_errors(self) -> bool:
         """An ERROR ended the session and later bytes may still bring ERRORs (until a framing fault)."""
-        return self._reading_errors
+        return self._errors.reading
 
     def _read_later_errors(self, data: bytes) -> None:
         try:
             frames = self._scanner.feed(data)
         except RemoteProtocolError as exc:
             # Whatever came before the fault still counts; nothing after it can be read
-            self._reading_errors = False
+            self._errors.stop_reading()
             frames = exc.frames  # type: ignore[assignment]
-        self._fold_errors(frames)
-
-    def _fold_errors(self, frames: Sequence[Frame]) -> None:
-        connecting = isinstance(self._ending, AuthenticationError)
-        for frame in frames:
-            if frame[0] == "ERROR":
-                if len(self._later_errors) < MAX_LATER_ERRORS:
-                    self._later_errors.append(self._server_error(frame, connecting))
-                else:
-                    self._more_errors += 1
-
-    def _error_keeps_session(self, headers: Mapping[str, str]) -> bool:
-        """Whether the broker that sent this ERROR keeps the session after it (ERRORS_THAT_KEEP_THE_SESSION)."""
-        server = self.server
-        if not server:
-            return False
-        for prefix, keeps in ERRORS_THAT_KEEP_THE_SESSION.items():
-            if server.startswith(prefix):
-                return bool(keeps(headers))
-        return False
-
-    @staticmethod
-    def _server_error(frame: Frame, connecting: bool) -> ServerError:
-        headers = frame[1]
-        message = headers.get("message") or "the broker sent ERROR without a message"
-        body = frame[2]
-        detail = body.decode("utf-8", "replace").strip() if body else ""
-        text = f"{message}: {detail}" if detail and detail not in message else message
-        cls = AuthenticationError if connecting else ServerError
-        return cls(text, headers=dict(headers), body=body, receipt_id=headers.get("receipt-id"))
+        self._errors.fold(frames)
 
     def connection_lost(self) -> None:
         """The transport ended (EOF or error): the session is over."""

@@ -10,6 +10,10 @@ import pytest
 import stompfast._brokers as brokers_module
 import stompfast._events as events_module
 import stompfast._protocol as protocol_module
+import stompfast._protocol_encoder as encoder_module
+import stompfast._protocol_errors as errors_module
+import stompfast._protocol_rules as rules_module
+import stompfast._protocol_states as states_module
 from stompfast import Frame, FrameScanner, encode_frame
 from stompfast._protocol import (
     MAX_HEART_BEAT_MS,
@@ -18,6 +22,7 @@ from stompfast._protocol import (
     Connected,
     ErrorReceived,
     Message,
+    OversizedMessage,
     ReceiptReceived,
     SessionState,
     StompProtocol,
@@ -28,6 +33,7 @@ from stompfast.errors import (
     AuthenticationError,
     ConfigurationError,
     LocalProtocolError,
+    MessageTooLargeError,
     RemoteProtocolError,
     ServerError,
     StaleMessageError,
@@ -35,7 +41,10 @@ from stompfast.errors import (
 
 
 @pytest.mark.parametrize(
-    "module", [protocol_module, events_module, brokers_module], ids=["_protocol", "_events", "_brokers"]
+    "module",
+    [protocol_module, states_module, rules_module, encoder_module, errors_module, events_module, brokers_module],
+    ids=["_protocol", "_protocol_states", "_protocol_rules", "_protocol_encoder", "_protocol_errors", "_events",
+         "_brokers"],
 )
 def test_protocol_core_imports_no_io(module):
     # the protocol core is sans-I/O: it never imports anyio, asyncio, socket or time
@@ -1172,3 +1181,25 @@ def test_a_selector_is_refused_on_rabbitmq_and_nothing_is_recorded():
 def test_a_selector_is_passed_on_elsewhere(broker):
     data, _, _ = _session(SERVERS[broker]).subscribe("/queue/q", headers={"selector": "region = 'EU'"})
     assert parse(data).headers["selector"] == "region = 'EU'"
+
+
+def test_a_skipped_message_is_made_an_oversized_message_and_its_neighbours_stay_messages():
+    # The scanner skips a MESSAGE over max_frame_bytes that has a content-length; the session
+    # builds its event as an OversizedMessage (its class from the start) and every other
+    # MESSAGE of that feed and of later feeds as a Message.
+    p = connected(max_frame_bytes=512, skip_oversized=True)
+    p.subscribe("/queue/a", ack="client-individual")
+
+    def frame(mid: str, size: int) -> bytes:
+        headers = {"destination": "/queue/a", "message-id": mid, "subscription": "1", "ack": mid}
+        return encode_frame("MESSAGE", headers, b"x" * size)
+
+    events = p.receive_data(frame("m-1", 10) + frame("m-2", 4096) + frame("m-3", 10))
+    assert [type(e) for e in events] == [Message, OversizedMessage, Message]
+    big = events[1]
+    assert big.oversized and big.size == 4096 and big.ack_id == "m-2" and big.session is p
+    with pytest.raises(MessageTooLargeError):
+        _ = big.body
+    (later,) = p.receive_data(frame("m-4", 10))
+    assert type(later) is Message and later.body == b"x" * 10
+    assert p.ack_plain(big) == b"ACK\nid:m-2\n\n\0"
