@@ -32,7 +32,7 @@ import anyio
 
 from ._common import conn_log
 from ._framelog import frame_log
-from ._protocol import ErrorReceived, Message, OversizedMessage, ReceiptReceived, SessionState, StompProtocol
+from ._protocol import ErrorReceived, Message, ReceiptReceived, SessionState, StompProtocol
 from ._receipt import PendingReceipt
 from ._stats import RttHistogram
 from ._subscription import Inlet
@@ -330,9 +330,11 @@ class Inbox:
                     sub.ready.set()
                 self._ended_by_error()
                 return None
-            elif type(event) is OversizedMessage:
-                # Last in the chain, so the per-message path pays nothing for it:
-                # a message skipped unread goes to its subscription like any other.
+            elif isinstance(event, Message):
+                # Last in the chain, so the plain per-message path pays nothing for it:
+                # a message skipped unread (OversizedMessage), or one of a subscription
+                # with classes of its own (the blocking client's SyncMessage), goes to
+                # its subscription like any other.
                 inlet = subs.get(event.subscription)
                 if inlet is not None:
                     if inlet not in touched:

@@ -195,6 +195,8 @@ class StompProtocol:
         self._subscriptions: Dict[str, str] = {}
         # Id -> durable name, for the durable ones
         self._durable: Dict[str, str] = {}
+        # Subscription id -> (message class, oversized class), for those that asked for their own
+        self._message_classes: Dict[str, Tuple[type, type]] = {}
         self._next_sub = 0
         self._next_tx = 0
         self._transactions: Set[str] = set()
@@ -424,8 +426,13 @@ class StompProtocol:
         receipt: bool = False,
         prefetch: Optional[int] = None,
         durable: Optional[str] = None,
+        message_classes: Optional[Tuple[type, type]] = None,
     ) -> Tuple[bytes, str, Optional[str]]:
         """A SUBSCRIBE frame; returns ``(bytes, subscription_id, receipt_id or None)``.
+
+        ``message_classes``: ``(message, oversized)``, the classes of the events this
+        subscription's MESSAGEs become (the blocking client's SyncMessage, whose ``ack()``
+        blocks); default :class:`Message` and :class:`OversizedMessage`.
 
         ``prefetch``: at most this many unacknowledged messages in flight, asked
         in the header this broker reads (:func:`prefetch_headers`), unless
@@ -461,6 +468,8 @@ class StompProtocol:
         self._subscriptions[id] = ack
         if durable is not None:
             self._durable[id] = durable
+        if message_classes is not None:
+            self._message_classes[id] = message_classes
         return data, id, receipt_id
 
     def check_durable(self, durable: Any, id: Optional[str] = None) -> None:
@@ -498,6 +507,7 @@ class StompProtocol:
         data = self._encoder.unsubscribe(subscription, name if forget else None, receipt_id)
         del self._subscriptions[subscription]
         self._durable.pop(subscription, None)
+        self._message_classes.pop(subscription, None)
         return data, receipt_id
 
     def ack_mode(self, subscription: str) -> Optional[str]:
@@ -749,6 +759,8 @@ class StompProtocol:
         # Only a feed that skipped a frame (rare) builds its MESSAGEs through the function that
         # picks the class; every other feed builds Message itself, with no test per message.
         message = _message_or_oversized if skipping else Message
+        # Subscriptions whose events are of classes of their own (the blocking client's)
+        classes = self._message_classes
         connected, disconnecting = SessionState.CONNECTED, SessionState.DISCONNECTING
         for frame in frames:
             command = frame[0]
@@ -762,8 +774,13 @@ class StompProtocol:
                 if subscription is None:
                     raise RemoteProtocolError(f"the broker sent a MESSAGE without a subscription header: {frame!r}")
                 message_id = headers.get("message-id")
+                make = message
+                if classes:
+                    pair = classes.get(subscription)
+                    if pair is not None:
+                        make = pair[0] if type(frame) is Frame else pair[1]
                 append(
-                    message(
+                    make(
                         frame,
                         subscription,
                         message_id,

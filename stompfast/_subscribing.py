@@ -103,7 +103,7 @@ class Subscriptions:
         link = gate.link()
         data, sub_id, receipt_id = link.protocol.subscribe(
             sub.destination, ack=sub.ack_mode, headers=sub.headers, id=sub.id, receipt=sub.wants_receipt,
-            prefetch=sub.prefetch, durable=sub.durable,
+            prefetch=sub.prefetch, durable=sub.durable, message_classes=sub.message_classes,
         )
         sub.subscribed_as(sub_id)
         self.by_id[sub_id] = sub
@@ -247,7 +247,7 @@ class Subscriptions:
                     continue
                 data, _, receipt_id = link.protocol.subscribe(
                     sub.destination, ack=sub.ack_mode, headers=sub.headers, id=sub.id, receipt=True,
-                    prefetch=sub.prefetch, durable=sub.durable,
+                    prefetch=sub.prefetch, durable=sub.durable, message_classes=sub.message_classes,
                 )
                 pending.append(link.register(receipt_id))
                 # As on a first SUBSCRIBE: its first MESSAGE confirms it too.

@@ -1,6 +1,6 @@
 """Subscriptions of the sync client: :class:`Subscription` (threads take messages
 from the async subscription's buffer, no crossing into the loop), :class:`SyncMessage`
-(the received message, re-classed: its ``ack()`` blocks) and :class:`CallbackWorker`
+(the received message, made of that class by the session: its ``ack()`` blocks) and :class:`CallbackWorker`
 (the thread of a ``callback=`` subscription).
 """
 
@@ -41,9 +41,11 @@ class SyncMessage(Message):
     """A :class:`~stompfast.Message` from a sync subscription: ``ack()`` and ``nack()`` block.
 
     Everything else (``body``, ``text``, ``headers``, ``destination``,
-    ``message_id``, ``ack_id``, ...) is the received message's: it *is* the
-    received message, re-classed when a thread takes it (no copy, no wrapper), with
-    the sync :class:`Subscription` it came through.
+    ``message_id``, ``ack_id``, ...) is a :class:`~stompfast.Message`'s: the session
+    makes a blocking subscription's MESSAGEs of this class as they arrive (the
+    subscription asked for it before its SUBSCRIBE: ``AsyncSubscription.deliver_as``),
+    so a thread hands them out as they are; ``ack()`` goes to the :class:`Subscription`
+    it came through (its owner's ``blocking``).
     """
 
     __slots__ = ()
@@ -181,8 +183,6 @@ class Subscription:
             message = None
         if message is None:
             raise StopIteration
-        # The same object
-        message.__class__ = SyncMessage if message.__class__ is Message else SyncOversizedMessage
         return message  # type: ignore[return-value]
 
     def receive(self, *, timeout: Optional[float] = None) -> SyncMessage:
@@ -209,7 +209,6 @@ class Subscription:
         message = self._handoff.take_buffered()
         if message is None:
             return None
-        message.__class__ = SyncMessage if message.__class__ is Message else SyncOversizedMessage
         return message  # type: ignore[return-value]
 
     def receive_batch(self, max_messages: int = 100, *, timeout: Optional[float] = None) -> List[SyncMessage]:
@@ -246,8 +245,6 @@ class Subscription:
         # Closed without a failure (a failure was raised by take_batch)
         if not batch:
             raise ClientClosedError(f"subscription {self.id!r} to {self.destination!r} is closed")
-        for message in batch:
-            message.__class__ = SyncMessage if message.__class__ is Message else SyncOversizedMessage
         return batch  # type: ignore[return-value]
 
     # -- acknowledging ----------------------------------------------------------------------
@@ -413,12 +410,10 @@ class CallbackWorker:
                 if not batch:
                     return
                 for message in batch:
-                    message.__class__ = SyncMessage if message.__class__ is Message else SyncOversizedMessage
-                for message in batch:
                     if self.stopping:
                         return
                     try:
-                        callback(message)  # type: ignore[arg-type]  # (re-classed above)
+                        callback(message)  # type: ignore[arg-type]  # (a SyncMessage: deliver_as)
                     except Exception as exc:
                         self._report(exc, message)  # type: ignore[arg-type]
         # SystemExit, KeyboardInterrupt... from a callback: stop clearly

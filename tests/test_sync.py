@@ -276,6 +276,46 @@ def test_send_and_receive_text_and_binary(client):
     assert not m1.redelivered
 
 
+def test_a_blocking_subscriptions_messages_are_made_sync_by_the_session_and_an_async_ones_are_not(client):
+    # The session builds each MESSAGE as the class its subscription asked for: the messages
+    # buffered for a blocking subscription are SyncMessages before any thread takes them,
+    # while a subscription of the same connection used from async code gets plain Messages.
+    async def async_side() -> list:
+        async with client.async_client.subscribe("/queue/plain") as sub:
+            await client.async_client.send("/queue/plain", b"p", receipt=True)
+            message = await sub.receive()
+            return [type(message)]
+
+    with client.subscribe("/queue/sync") as sub:
+        client.send("/queue/sync", b"s", receipt=True)
+        inlet = sub._async._inlet
+        deadline = time.monotonic() + WAIT
+        while not inlet.messages and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [type(m) for m in inlet.messages] == [SyncMessage]
+        taken = sub.receive(timeout=WAIT)
+        assert taken.owner.blocking is sub
+    assert client.portal.call(async_side) == [Message]
+
+
+def test_no_message_is_re_classed_anywhere_in_the_package():
+    import ast
+    from pathlib import Path
+
+    import stompfast
+
+    root = Path(stompfast.__file__).parent
+    swaps = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Attribute) and target.attr == "__class__":
+                        swaps.append(f"{path.relative_to(root)}:{node.lineno} {ast.unparse(target)}")
+    # (otel's traced subscriptions re-class a subscription object, not a message: issue 35 is about events)
+    assert [s for s in swaps if not s.startswith("otel/")] == []
+
+
 def test_send_with_receipt_returns_a_confirmed_future(client, broker):
     r = client.send("/queue/a", b"x", receipt=True)
     assert isinstance(r, ReceiptFuture) and isinstance(r, concurrent.futures.Future)
