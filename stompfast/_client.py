@@ -44,20 +44,23 @@ connection is a new Link), the :class:`~stompfast._supervisor.Supervisor` (the
 broker list and reconnecting) and the :class:`~stompfast._stats.Counters`. This
 module holds the public API, the lifecycle (connect, close, fail; its states
 and their moves are the table of :mod:`._lifecycle`; its endings the table of
-:mod:`._ending`) and sending. The subscriptions and their frames are a
+:mod:`._ending`) and sending, a blocking client's thread writing its own SEND or
+ACK included (those checks read the client's state directly: they run once per
+message). The subscriptions and their frames are a
 :class:`~stompfast._subscribing.Subscriptions`, the transactions a
-:class:`~stompfast._transaction.Transactions`, a blocking client's own writes a
-:class:`~stompfast._thread_writer.ThreadWriter`; they read the client only
-through its :class:`~stompfast._gate.ClientGate`.
+:class:`~stompfast._transaction.Transactions`; they read the client only through
+its :class:`~stompfast._gate.ClientGate`.
 """
 
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 import threading
 import time
 import uuid
+from logging import DEBUG
 from time import monotonic
 from typing import (
     TYPE_CHECKING,
@@ -85,6 +88,7 @@ from ._common import RETRYABLE, body_bytes, conn_log, copy_error, where
 from ._config import Endpoint, check_positive
 from ._consumer import DEFAULT_RETRY, AsyncConsumer, ConsumerSet, OnError, check_consume_options, warn_if_nack_loses
 from ._ending import ENDINGS, Ending
+from ._framelog import frame_log
 from ._gate import ClientGate
 from ._health import DrainReport, Health
 from ._lifecycle import CLOSED, CLOSING, CONNECTING, FAILED, NEW, OPEN, RECONNECTING, ClientState, advance, describe
@@ -97,13 +101,12 @@ from ._options import (
     tls_options,
 )
 from ._protocol import Message, SessionState
-from ._receipt import Receipt, await_receipts
+from ._receipt import PendingReceipt, Receipt, await_receipts
 from ._request import ReplyChannel, Requester, reply_to
 from ._stats import ClientStats, Counters
 from ._subscribing import Subscriptions
 from ._subscription import DEFAULT_BUFFER_SIZE, AsyncSubscription, LiveSession
 from ._supervisor import Supervisor
-from ._thread_writer import ThreadWriter
 from ._transaction import AsyncTransaction, Transactions
 from ._transport import describe_error
 from .errors import (
@@ -267,8 +270,8 @@ class AsyncClient:
         self._error: Optional[BaseException] = None
         # The asyncio loop (None on trio): receipts wait on its futures.
         self._loop: Any = None
-        # A blocking client's threads writing their SENDs and ACKs themselves.
-        self._threads = ThreadWriter(self._current_link, self._is_open, self._registry_lock, self._get_loop)
+        # Receipt ids "t<n>" of send_from_thread
+        self._thread_receipts = itertools.count(1)
         self._clock: Callable[[], float] = anyio.current_time
         self._via_aenter = False
         # The consume()s (health and drain look at them).
@@ -623,9 +626,6 @@ class AsyncClient:
     def _is_reconnecting(self) -> bool:
         return self._state is RECONNECTING
 
-    def _get_loop(self) -> Any:
-        return self._loop
-
     def _has_failed(self) -> bool:
         return self._error is not None
 
@@ -854,7 +854,34 @@ class AsyncClient:
         Raises LocalProtocolError (and TypeError for a body of another type) as
         :meth:`send` does.
         """
-        return self._threads.send(destination, body, headers, content_type, on_done)
+        link = self._link
+        if not link.threads_may_write():
+            return None
+        body, content_type = body_bytes(body, content_type)
+        with self._registry_lock:
+            if not self._thread_may_write(link):
+                return None
+            receipt_id = "t%d" % next(self._thread_receipts)
+            data = link.protocol.encode_send(destination, body, headers, content_type, receipt_id)
+            receipt = PendingReceipt(receipt_id, self._loop, monotonic())
+            # before anything can complete it
+            receipt.add_done_callback(on_done)
+            # (Threads' own counters, under the lock: the loop's are not.)
+            if not link.send_from_thread(data, receipt):
+                return None
+        # After the write: the log takes a lock of its own.
+        if frame_log.isEnabledFor(DEBUG):
+            link.log_frames(">", data)
+        return receipt
+
+    def _thread_may_write(self, link: Link) -> bool:
+        """(Under the registry lock.) Whether a thread's frame written now is the next on ``link``'s wire.
+
+        The link read before taking the lock must still be the client's (a reconnect
+        installs a new one under this lock), open and alive, with nothing queued or
+        being written by the loop and no stall under way.
+        """
+        return self._link is link and self._state is OPEN and link.may_write_from_thread()
 
     def ack_from_thread(self, message: Message) -> bool:
         """(Any thread.) The common ACK (no receipt, no transaction, no headers) written by the calling thread.
@@ -869,7 +896,16 @@ class AsyncClient:
         The caller has made the checks that need no I/O (a stale message, a
         second ack) and knows nothing of its own is queued ahead of it.
         """
-        return self._threads.ack(message)
+        link = self._link
+        if not link.threads_may_write():
+            return False
+        with self._registry_lock:
+            data = link.ack_from_thread(message) if self._thread_may_write(link) else None
+        if data is None:
+            return False
+        if frame_log.isEnabledFor(DEBUG):
+            link.log_frames(">", data)
+        return True
 
     def check_send(
         self, destination: str, headers: Optional[Mapping[str, Any]] = None, content_type: Optional[str] = None

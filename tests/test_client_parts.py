@@ -31,7 +31,7 @@ PACKAGE = Path(stompfast.__file__).parent
 #: the modules the client is made of
 PART_MODULES = (
     "_client", "_link", "_outbox", "_inbox", "_receipt", "_supervisor", "_stats", "_lifecycle", "_ending", "_request",
-    "_gate", "_subscribing", "_transaction", "_thread_writer",
+    "_gate", "_subscribing", "_transaction",
 )
 #: the modules the sans-I/O session (StompProtocol) is made of
 PROTOCOL_MODULES = ("_protocol", "_protocol_states", "_protocol_rules", "_protocol_encoder", "_protocol_errors")
