@@ -363,6 +363,9 @@ class _LiveProgress:
         self.t0 = t0
         # Read only: the latency of the latest interval the workers reported
         self.timeline = timeline
+        # The latest interval's latency, and the newest interval index it was computed at
+        self.latency: Optional[Dict[str, float]] = None
+        self.latency_index = -1
         self.history: Deque[Tuple[float, int, int]] = deque()
         self.last_report = 0.0
 
@@ -398,13 +401,21 @@ class _LiveProgress:
         ))
 
     def _latest_latency(self) -> Optional[Dict[str, float]]:
-        """p50, p90, p99 and max of the latest interval with latency the workers reported, or None."""
+        """p50, p90, p99 and max of the latest interval with latency the workers reported, or None.
+
+        Recomputed only when a later interval arrived (four reports a second would otherwise
+        walk a histogram each): the load generator's own cost must not grow with it.
+        """
         rows = self.timeline.rows
+        newest = max(rows) if rows else -1
+        if newest == self.latency_index:
+            return self.latency
         for index in sorted(rows, reverse=True):
             pct = percentiles(rows[index][5])
             if pct:
-                return {k: pct[k] for k in ("p50", "p90", "p99", "max")}
-        return None
+                self.latency_index, self.latency = newest, {k: pct[k] for k in ("p50", "p90", "p99", "max")}
+                break
+        return self.latency
 
 
 def run(
