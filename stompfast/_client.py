@@ -1113,7 +1113,7 @@ class AsyncClient:
     def _reply_channel(self) -> ReplyChannel:
         """A reply channel on the live connection, of the kind its broker offers (the Requester enters it)."""
         destination, implicit = reply_destination(self._link.protocol.broker, uuid.uuid4().hex[:16])
-        return ReplyChannel(destination, self._subs.implicit(destination, implicit, DEFAULT_BUFFER_SIZE), self._loop)
+        return ReplyChannel(destination, self._subs.for_replies(destination, implicit, DEFAULT_BUFFER_SIZE), self._loop)
 
     async def reply(
         self,

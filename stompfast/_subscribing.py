@@ -87,7 +87,7 @@ class Subscriptions:
         check_selector(protocol.broker, protocol.server, own)
         return AsyncSubscription(self.ops(), destination, ack, own, buffer_size, receipt, id, durable)
 
-    def implicit(self, destination: str, implicit: bool, buffer_size: int) -> AsyncSubscription:
+    def for_replies(self, destination: str, implicit: bool, buffer_size: int) -> AsyncSubscription:
         """An auto-ack subscription to a reply destination (``implicit``: the broker subscribes it itself)."""
         return AsyncSubscription(self.ops(), destination, "auto", None, buffer_size, True, None, implicit=implicit)
 

@@ -122,6 +122,21 @@ class HostileServer:
                 pass
 
 
+def answering(data: bytes, keep_open: bool) -> Callable[[Conn], None]:
+    """A server that reads the CONNECT, answers ``data``, then closes or reads until the client leaves."""
+
+    def handler(conn: Conn) -> None:
+        conn.sock.settimeout(5)
+        conn.sock.recv(65536)
+        conn.send_raw(data)
+        if keep_open:
+            conn.sock.settimeout(30)
+            while conn.sock.recv(65536):
+                pass
+
+    return handler
+
+
 def endless_frame(conn: Conn) -> None:
     """CONNECTED, then a MESSAGE whose body never ends, until the client hangs up."""
     conn.connected()

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import pytest
 from compatimpl import IMPL, Recorder, load, stompfast_only, wait_until
-from hostile import HostileServer
+from hostile import HostileServer, answering
 
 import stompfast
 from stompfast.testing import Broker
@@ -1131,21 +1131,6 @@ def test_wait_timeout_bounds_the_disconnect_write_when_the_broker_stops_reading(
 # backoff and TLS context. Scripted servers (tests/hostile.py) answer what a broker would not.
 
 
-def _answering(data: bytes, keep_open: bool) -> Any:
-    """A server that reads the CONNECT, answers ``data``, then closes or reads until the client leaves."""
-
-    def handler(conn: Any) -> None:
-        conn.sock.settimeout(5)
-        conn.sock.recv(65536)
-        conn.send_raw(data)
-        if keep_open:
-            conn.sock.settimeout(30)
-            while conn.sock.recv(65536):
-                pass
-
-    return handler
-
-
 def _connected_with(heart_beat: str) -> Any:
     """A server that answers CONNECTED with ``heart_beat``, then reads until the client leaves."""
 
@@ -1227,7 +1212,7 @@ def test_a_wrong_port_fails_the_connect_with_the_clients_error(name: str, data: 
                                                                 message: str) -> None:
     # the core's judgement of the first bytes (stompfast._link.wrong_answer), mapped onto
     # stomp.py's ConnectFailedException; its cause is the client's own error
-    with HostileServer(_answering(data, keep_open)) as server:
+    with HostileServer(answering(data, keep_open)) as server:
         conn = stomp.Connection11([("127.0.0.1", server.port)], reconnect_attempts_max=1)
         rec = Recorder()
         conn.set_listener("rec", rec)

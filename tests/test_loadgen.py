@@ -792,7 +792,8 @@ def _wait_until_running(proc: subprocess.Popen) -> list:
 def test_bench_stopped_by_a_signal_prints_its_partial_result(signame: str, code: int, as_json: bool) -> None:
     import signal
 
-    proc = _popen_bench("--count", "100000000", *(["--json"] if as_json else []))
+    # (objectives, one of them missed: the signal's exit code still wins, and they are judged on what was measured)
+    proc = _popen_bench("--count", "100000000", "--slo", "errors==0,p50<1us", *(["--json"] if as_json else []))
     _wait_until_running(proc)
     proc.send_signal(getattr(signal, signame))
     out, err = proc.communicate(timeout=60)
@@ -804,10 +805,12 @@ def test_bench_stopped_by_a_signal_prints_its_partial_result(signame: str, code:
         doc = json.loads(out)
         assert doc["interrupted"] == word and doc["ok"] is False
         assert 0 < doc["counts"]["received"] <= doc["counts"]["sent"] < 100_000_000
+        assert [(o["objective"], o["ok"]) for o in doc["slo"]] == [("errors==0", True), ("p50<1us", False)]
     else:
         text = out.decode()
         assert text.startswith(f"stompfast bench [{word}: partial result]: ")
         assert "INTERRUPTED" in text and "received" in text
+        assert "errors==0: 0 (met)" in text and "p50<1us:" in text
 
 
 def test_bench_over_two_processes_interrupted_by_ctrl_c_still_counts() -> None:

@@ -97,7 +97,7 @@ async def test_objectives_are_judged_on_a_real_result_from_its_histogram():
     assert unknown.value is None and not unknown.ok and "not measured" in unknown.describe()
 
 
-def test_a_result_without_objectives_says_none_were_given():
+def test_a_judgement_says_what_it_measured_and_a_target_without_a_rate_is_never_met():
     from stompfast.loadgen.slo import Judgement, Objective
 
     objective = Objective("rate>=1", "rate", ">=", 1.0)

@@ -18,7 +18,7 @@ from typing import Any, List, Tuple
 
 import anyio
 import pytest
-from hostile import Conn, HostileServer
+from hostile import Conn, HostileServer, answering
 
 from stompfast import (
     AsyncClient,
@@ -48,21 +48,6 @@ ANSWERS = [
 #: far above how long a prompt failure takes, far below what waiting for a timeout would
 CONNECT_TIMEOUT = 10.0
 PROMPT = 3.0
-
-def answering(data: bytes, keep_open: bool) -> Any:
-    """A server that reads the CONNECT, answers ``data``, then closes or reads until the client leaves."""
-
-    def handler(conn: Conn) -> None:
-        conn.sock.settimeout(5)
-        conn.sock.recv(65536)
-        conn.send_raw(data)
-        if keep_open:
-            conn.sock.settimeout(30)
-            while conn.sock.recv(65536):
-                pass
-
-    return handler
-
 
 def check(exc: BaseException, port: int, data: bytes, quote: str) -> None:
     assert isinstance(exc, NotStompError) and isinstance(exc, ConnectError) and isinstance(exc, ConnectionError)

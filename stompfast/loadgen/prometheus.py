@@ -148,18 +148,21 @@ class MetricsEndpoint:
         return ("\n".join(lines) + "\n").encode("utf-8")
 
 
+# The metrics read straight from a snapshot's values, by the key ``_render`` gives them
+_FROM_VALUES = {
+    "stompfast_bench_messages_sent_total": "sent", "stompfast_bench_messages_received_total": "received",
+    "stompfast_bench_messages_confirmed_total": "confirmed", "stompfast_bench_errors_total": "errors",
+    "stompfast_bench_send_rate": "send_rate", "stompfast_bench_receive_rate": "receive_rate",
+    "stompfast_bench_target_rate": "target", "stompfast_bench_elapsed_seconds": "elapsed",
+    "stompfast_bench_running": "running",
+}
+
+
 def _value(name: str, values: Dict[str, float], stats: Dict[str, Any]) -> Optional[float]:
     if not values:
         return None
-    simple = {
-        "stompfast_bench_messages_sent_total": "sent", "stompfast_bench_messages_received_total": "received",
-        "stompfast_bench_messages_confirmed_total": "confirmed", "stompfast_bench_errors_total": "errors",
-        "stompfast_bench_send_rate": "send_rate", "stompfast_bench_receive_rate": "receive_rate",
-        "stompfast_bench_target_rate": "target", "stompfast_bench_elapsed_seconds": "elapsed",
-        "stompfast_bench_running": "running",
-    }
-    if name in simple:
-        return values[simple[name]]
+    if name in _FROM_VALUES:
+        return values[_FROM_VALUES[name]]
     if name == "stompfast_bench_in_flight_messages":
         return max(0, values["sent"] - values["received"])
     if name == "stompfast_bench_connection_losses_total":
