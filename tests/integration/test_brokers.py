@@ -271,18 +271,23 @@ async def test_an_error_in_the_middle_of_a_busy_subscription_is_the_brokers_erro
                     async for message in sub:
                         received.append(message.body)
             if isinstance(info.value, RemoteProtocolError):
-                # ActiveMQ now and then corrupts this ERROR frame itself: caught on a raw
-                # socket, the message before it is written again over the ERROR's first
-                # bytes ("...1199\0\nROR\ncontent-type:..."). A framing fault naming the
-                # mangled command is then the right answer; what must never come back is
-                # "the broker sent MESSAGE while the session is failed".
-                assert broker == "activemq" and "unknown command" in str(info.value), info.value
+                # ActiveMQ writes this ERROR and the MESSAGEs from two threads into one
+                # buffer, and now and then one frame is written over another at any byte.
+                # Caught on a raw socket, 4 runs in 40: "...1199\0\nROR\n...", a MESSAGE
+                # written into the middle of the ERROR's stack trace, a content-length
+                # body with no NUL after it. A framing fault wherever the damage lands is
+                # then the right answer; what must never come back is "the broker sent
+                # MESSAGE while the session is failed".
+                assert broker == "activemq", info.value
+                assert "while the session is" not in str(info.value), info.value
+                ended_by = RemoteProtocolError
             else:
                 assert "transaction" in str(info.value).lower(), info.value
+                ended_by = ServerError
             # In order, nothing skipped. ActiveMQ itself sometimes sends the message
             # just before its ERROR twice (seen with a raw socket too: 3,001 MESSAGE
             # frames for 3,000 sends), so one duplicate is the broker's, not ours.
             distinct = list(dict.fromkeys(received))
             assert distinct == [b"%d" % i for i in range(len(distinct))]
             assert len(received) - len(distinct) <= 1
-        assert isinstance(consumer.error, ServerError)
+        assert isinstance(consumer.error, ended_by), consumer.error

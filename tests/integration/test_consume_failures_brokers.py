@@ -94,7 +94,11 @@ async def test_an_always_failing_job_is_tried_attempts_times_then_found_in_its_d
 async def test_a_connection_cut_between_the_dead_letter_and_the_ack_gives_a_duplicate_never_a_loss(
     broker_url, queue
 ):
+    # What happened when, so that a run that times out says at which step it stopped.
+    steps: List[str] = []
+
     async def handler(message):
+        steps.append(f"handler called on connection {client.reconnects}")
         raise RuntimeError("poison")
 
     target = urlsplit(broker_url)
@@ -108,20 +112,27 @@ async def test_a_connection_cut_between_the_dead_letter_and_the_ack_gives_a_dupl
 
             async def publish_then_cut(destination, body, headers):
                 await publish(destination, body, headers)
+                steps.append("dead letter confirmed")
                 if not cut:
                     # The dead letter is confirmed; the connection dies before the ACK.
                     cut.append(True)
                     proxy.reset_all()
-                    with anyio.fail_after(WAIT):
+                    steps.append("connection reset")
+                    with anyio.move_on_after(WAIT):
                         while client.reconnects < 1:
                             await anyio.sleep(0.01)
+                    steps.append(f"reconnects: {client.reconnects}")
+
+            def state() -> str:
+                return f"steps {steps}, {consumer.stats()}, {proxy.stats()}, client error {client.error!r}"
 
             consumer.publish = publish_then_cut
-            with anyio.fail_after(WAIT):
+            with anyio.move_on_after(WAIT):
                 while consumer.stats().acked < 1:
                     await anyio.sleep(0.01)
+            assert consumer.stats().acked == 1, state()
             await client.drain(timeout=WAIT)
-    assert consumer.stats().dead_lettered == 2 and consumer.stats().stale == 1
+    assert consumer.stats().dead_lettered == 2 and consumer.stats().stale == 1, state()
     assert await taken_from(broker_url, queue) == []
     assert [m.body for m in await taken_from(broker_url, f"{queue}.dlq")] == [b"x", b"x"]
 
