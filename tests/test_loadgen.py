@@ -569,7 +569,7 @@ def test_live_progress_reports_rates_over_the_last_second_every_quarter_second()
     from stompfast.loadgen.timeline import Timeline
 
     seen = []
-    live = _LiveProgress(500.0, [], seen.append, t0=0, timeline=Timeline())
+    live = _LiveProgress(LoadConfig(rate=500.0), [], seen.append, t0=0, timeline=Timeline())
     live.update(100.0, [{"sent": 0, "received": 0}], None, last=False)
     # 0.1 s after the last report: not reported
     live.update(100.1, [{"sent": 50, "received": 0}], None, last=False)

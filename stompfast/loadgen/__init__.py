@@ -51,7 +51,8 @@ producer sends message ``i`` at ``t0 + (i + phase) / rate`` and stamps that inte
 time, so a producer that falls behind (a stalled broker, a slow event loop) catches up
 in a burst and the delay shows in the latency: no coordinated omission. In closed-loop
 mode (no rate) producers send as fast as the client takes messages and stamp the
-actual send time.
+actual send time. Under a rate shape (steps and ramps, :mod:`.shape`) message ``i`` is
+due when the shape's running total of messages reaches ``i + phase``.
 
 Layout: one module per job; every name listed here is importable from this package.
 
@@ -68,6 +69,8 @@ Layout: one module per job; every name listed here is importable from this packa
 * :mod:`.links`: coordinator <-> worker, in one event loop or over a process's pipe
 * :mod:`.coordinator`: :func:`run_load` and :func:`run`, which start and drive the workers
 * :mod:`.merge`: the workers' final reports into a :class:`LoadResult`
+* :mod:`.slo`: objectives; :mod:`.shape`: rate steps and ramps (:class:`Stage`);
+  :mod:`.search`: the maximum sustainable rate (:func:`find_max_rate`)
 * :mod:`.plot`: :func:`write_plot`; :mod:`.command`: ``stompfast bench``
 """
 
@@ -99,13 +102,18 @@ from .histogram import (
     latency_index as latency_index,
 )
 from .plot import PLOT_HINT as PLOT_HINT, write_plot
+from .search import SearchResult, find_max_rate
+from .shape import Stage
 
 __all__ = [
     "LoadConfig",
     "LoadInterrupted",
     "LoadResult",
     "Progress",
+    "SearchResult",
+    "Stage",
     "add_bench_command",
+    "find_max_rate",
     "is_fanout",
     "run",
     "run_bench",

@@ -50,6 +50,8 @@ from .coordinator import run_load
 from .export import write_csv, write_hdr_log
 from .plot import PLOT_HINT, write_plot
 from .prometheus import MetricsEndpoint, parse_listen
+from .search import Attempt, RateSearch, SearchResult, check_search, describe_attempt, held, step_config
+from .shape import Stage, describe_shape, parse_rate
 
 BENCH_EPILOG = f"""\
 Without --url (and without ${ENV_URL}) the in-process test broker is started on a free
@@ -116,14 +118,12 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
-def _positive_rate(text: str) -> float:
+def _rate_or_shape(text: str) -> Tuple[Optional[float], Tuple[Stage, ...]]:
+    """``--rate``: a constant rate, or steps and ramps (``1000:30s,1000..5000:60s``)."""
     try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected a positive number of messages per second, got {text!r}")
-    return value
+        return parse_rate(text)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _default_loop() -> str:
@@ -161,9 +161,10 @@ def add_bench_command(subparsers: Any) -> None:
                       help="messages in total (default: 100,000 or 10 s, whichever comes first)")
     stop.add_argument("--duration", metavar="SECONDS", type=positive_float,
                       help="stop sending after SECONDS (with --count: whichever comes first)")
-    stop.add_argument("--rate", metavar="R", type=_positive_rate,
-                      help="open loop: R messages per second in total on a fixed schedule"
-                      " (default: as fast as possible)")
+    stop.add_argument("--rate", metavar="R|SHAPE", type=_rate_or_shape, default=(None, ()),
+                      help="open loop: R messages per second in total on a fixed schedule, or a shape of"
+                      " steps and ramps, RATE:LENGTH or FROM..TO:LENGTH comma-separated, e.g."
+                      " '1000:30s,1000..5000:60s' (the run lasts the shape; default: as fast as possible)")
     stop.add_argument("--warmup", metavar="SECONDS|Nmsgs", type=parse_warmup, default=(0.0, 0),
                       help="leave the first SECONDS (5, 2.5s) or N messages (1000msgs) out of latency and rates")
     stop.add_argument("--drain-timeout", metavar="SECONDS", type=positive_float, default=5.0,
@@ -183,6 +184,13 @@ def add_bench_command(subparsers: Any) -> None:
     gates.add_argument("--slo", metavar="OBJECTIVES", action="append", default=[],
                        help="service-level objectives judged on the result, comma-separated or repeated:"
                        " 'p99<5ms,missing==0,rate>=0.98*target'; one missed exits 3 (docs/loadgen.md)")
+    gates.add_argument("--find-max-rate", action="store_true",
+                       help="search the highest constant rate that holds: runs of --duration (default 10 s) from"
+                       " --rate (default 1000), doubling until one fails, then bisecting; a run holds when it is"
+                       " clean and meets --slo (default 'p99<100ms,receive_rate>=0.95*target')")
+    gates.add_argument("--search-steps", metavar="N", type=_non_negative_int, default=4,
+                       help="with --find-max-rate: bisections between the last rate that held and the first that"
+                       " failed (default 4)")
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="write the complete result as JSON on stdout")
     add_stats_option(out)
@@ -221,7 +229,12 @@ def _describe(config: LoadConfig, destinations: Sequence[str]) -> str:
         f"{duration:g} s" if duration is not None else "",
     ) if x)
     size = len(config.body) if config.body is not None else config.size
-    pace = f"{config.rate:,.0f} msgs/s (open loop)" if config.rate else "as fast as possible (closed loop)"
+    if config.rate_shape:
+        pace = f"rate shape {describe_shape(config.rate_shape)} msgs/s (open loop)"
+    elif config.rate:
+        pace = f"{config.rate:,.0f} msgs/s (open loop)"
+    else:
+        pace = "as fast as possible (closed loop)"
     extras = []
     if config.receipts:
         extras.append(f"receipts (window {config.receipt_window})")
@@ -286,7 +299,18 @@ def _table_rows(result: LoadResult) -> List[Tuple[str, str]]:
         rows.append(("run's queue", result.broker["cleanup"]))
     for index, judgement in enumerate(result.slo):
         rows.append(("objectives (--slo)" if index == 0 else "", judgement.describe()))
+    for index, stage in enumerate(result.stages):
+        rows.append(("stages: target -> sent / received" if index == 0 else "", _stage_text(stage)))
     return rows
+
+
+def _stage_text(stage: Dict[str, Any]) -> str:
+    """One stage of a rate shape: its target beside the rates and the p99 latency measured in it."""
+    lat = stage["latency_us"]
+    return (
+        f"{stage['stage']:<18} {_fmt(stage['target_rate'])} -> {_fmt(stage['send_rate'])} /"
+        f" {_fmt(stage['receive_rate'])} msgs/s" + (f", p99 {_ms(lat['p99'])}" if lat else "")
+    )
 
 
 def _ms(us: float) -> str:
@@ -349,6 +373,8 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
     backend, backend_options = _loop_backend(args.loop)
     status = Status(args.quiet)
     target = "the in-process broker" if in_process else conn.url
+    if args.find_max_rate:
+        return _run_search(config, args, status, target, conn.secrets, backend, backend_options)
     status.info(f"stompfast bench: {_describe(config, config.destinations)}; against {target}", "dim")
     endpoint = MetricsEndpoint(*args.prometheus) if args.prometheus else None
     if endpoint is not None:
@@ -379,6 +405,65 @@ def run_bench(args: argparse.Namespace, ctx: Dict[str, Any]) -> int:
     return _verdict(result, stopped, status, conn.secrets)
 
 
+def _run_search(
+    config: LoadConfig, args: argparse.Namespace, status: Status, target: str, secrets: Sequence[str],
+    backend: str, backend_options: Any,
+) -> int:
+    """``--find-max-rate``: one run per rate as :class:`~.search.RateSearch` says; the table (or JSON) of them.
+
+    Exit 0 when a rate held, 3 (an objective missed) when none did, a signal's code when stopped.
+    """
+    import json
+
+    try:
+        check_search(config)
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from None
+    search = RateSearch(config.rate or 1000.0, args.search_steps)
+    report = SearchResult(step_config(config, 1.0).slo, step_config(config, 1.0).duration or 0.0, [])
+    status.info(
+        f"stompfast bench --find-max-rate: runs of {report.step_seconds:g} s from {search.start:,.0f} msgs/s against"
+        f" {target}; a rate holds when the run is clean and meets {', '.join(report.criterion)}", "dim",
+    )
+    stopped: Optional[Stopped] = None
+    while (rate := search.next_rate()) is not None:
+        step = step_config(config, rate)
+        status.info(f"stompfast bench: {_describe(step, step.destinations)}", "dim")
+        result, caught = _run_with_progress(step, status, args.quiet, False, backend, backend_options, None)
+        if caught:
+            stopped = Stopped(caught[0])
+            report.interrupted = stopped.name
+        if result is None:
+            break
+        attempt = Attempt(rate, held(result) and not caught, result)
+        report.attempts.append(attempt)
+        status.info(describe_attempt(attempt), "green" if attempt.held else "yellow")
+        if caught:
+            break
+        search.record(rate, attempt.held)
+    best, failed = report.best, report.first_failed
+    if args.json:
+        print(json.dumps(_masked(report.to_dict(), secrets), indent=2, allow_nan=False), flush=True)
+    else:
+        print(f"stompfast bench --find-max-rate: runs of {report.step_seconds:g} s; a rate holds when the run is"
+              f" clean and meets {', '.join(report.criterion)}", flush=True)
+        for attempt in report.attempts:
+            print("  " + mask(describe_attempt(attempt), secrets), flush=True)
+        if best is not None:
+            print(f"maximum sustainable rate: {best:,.0f} msgs/s"
+                  + (f" (the next tried, {failed:,.0f} msgs/s, failed)" if failed else " (none tried failed)"),
+                  flush=True)
+    if stopped is not None:
+        status.info(f"stompfast bench: {stopped.name}: search stopped; highest rate that held so far:"
+                    f" {f'{best:,.0f} msgs/s' if best else 'none'}", "yellow")
+        return stopped.code
+    if best is None:
+        print(f"stompfast bench: NO RATE HELD down to {min(a.rate for a in report.attempts):,.0f} msgs/s"
+              f" ({', '.join(report.criterion)})", file=sys.stderr, flush=True)
+        return EXIT_SLO
+    return EXIT_OK
+
+
 def _listen(text: str) -> Tuple[str, int]:
     """``--prometheus [HOST:]PORT``, checked by argparse (a usage error, exit 2)."""
     try:
@@ -393,6 +478,9 @@ def _check_usage(args: argparse.Namespace) -> None:
         raise UsageError(PLOT_HINT)
     if args.size is not None and args.body_file is not None:
         raise UsageError("give --size or --body-file, not both")
+    if args.find_max_rate and (args.plot or args.csv or args.hdr_log or args.prometheus):
+        raise UsageError("--find-max-rate reports its runs in a table (or --json); --plot, --csv, --hdr-log and"
+                         " --prometheus describe one run")
 
 
 def _load_config(args: argparse.Namespace, conn: Connection, url: Optional[str]) -> LoadConfig:
@@ -416,7 +504,8 @@ def _load_config(args: argparse.Namespace, conn: Connection, url: Optional[str])
         headers=dict(args.headers) or None,
         count=args.count,
         duration=args.duration,
-        rate=args.rate,
+        rate=args.rate[0],
+        rate_shape=args.rate[1],
         receipts=args.receipts,
         receipt_window=args.receipt_window,
         ack=args.ack,

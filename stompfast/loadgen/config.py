@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..cli.common import mask
 from ..errors import ConfigurationError
+from .shape import Stage, check_shape, describe_shape, shape_mean_rate, shape_seconds
 from .slo import Judgement, parse_objectives
 
 #: The headers every generated message carries.
@@ -88,7 +89,10 @@ class LoadConfig:
     Messages: ``size`` bytes (``body`` overrides), extra ``headers``; stop after
     ``count`` messages in total or ``duration`` seconds, whichever comes first
     (neither: 100,000 or 10 s). ``rate``: total messages per second, open loop;
-    ``None``: closed loop, as fast as possible.
+    ``None``: closed loop, as fast as possible. ``rate_shape`` instead of ``rate``: steps
+    and ramps of the open-loop rate (:mod:`stompfast.loadgen.shape`, ``--rate
+    1000:30s,1000..5000:60s``); the run then lasts the shape's length unless ``duration``
+    or ``count`` end it first, and ``LoadResult.stages`` reports each stage.
 
     Delivery: ``receipts`` (each SEND asks for a RECEIPT, at most ``receipt_window``
     outstanding per producer), ``ack`` mode of the consumers, ``transaction_size``
@@ -131,6 +135,7 @@ class LoadConfig:
     count: Optional[int] = None
     duration: Optional[float] = None
     rate: Optional[float] = None
+    rate_shape: Tuple[Stage, ...] = ()
     receipts: bool = False
     receipt_window: int = 1000
     ack: str = "auto"
@@ -185,14 +190,36 @@ class LoadConfig:
             )
         if isinstance(self.slo, str) or not all(isinstance(text, str) for text in self.slo):
             raise ConfigurationError(f"slo must be a sequence of str objectives, not {self.slo!r}")
+        if not isinstance(self.rate_shape, tuple):
+            raise ConfigurationError(f"rate_shape must be a tuple of Stage, not {self.rate_shape!r}")
+        check_shape(self.rate_shape)
+        if self.rate_shape and self.rate is not None:
+            raise ConfigurationError("give rate or rate_shape, not both")
         parse_objectives(self.slo, self)
         if self.count is not None and self.count < self.producers:
             raise ConfigurationError(
                 f"count ({self.count}) must be at least the number of producers ({self.producers})"
             )
 
+    @property
+    def open_loop(self) -> bool:
+        """Whether messages are sent at a target rate (``rate`` or ``rate_shape``), not as fast as possible."""
+        return bool(self.rate or self.rate_shape)
+
+    @property
+    def target_rate(self) -> Optional[float]:
+        """Messages per second asked for: ``rate``, a shape's mean rate, or None (closed loop)."""
+        if self.rate_shape:
+            return shape_mean_rate(self.rate_shape)
+        return self.rate
+
     def limits(self) -> Tuple[Optional[int], Optional[float]]:
-        """The ``(count, duration)`` in force: both default (100,000 or 10 s) when neither is set."""
+        """The ``(count, duration)`` in force: both default (100,000 or 10 s) when neither is set.
+
+        With a ``rate_shape`` the duration defaults to the shape's length instead.
+        """
+        if self.rate_shape and self.duration is None:
+            return self.count, shape_seconds(self.rate_shape)
         if self.count is None and self.duration is None:
             return DEFAULT_COUNT, DEFAULT_DURATION
         return self.count, self.duration
@@ -209,6 +236,7 @@ class LoadConfig:
         data["versions"] = list(self.versions) if self.versions else None
         data["heart_beat"] = list(self.heart_beat)
         data["slo"] = list(self.slo)
+        data["rate_shape"] = describe_shape(self.rate_shape) or None
         count, duration = self.limits()
         data["count_in_force"], data["duration_in_force"] = count, duration
         return data
@@ -287,6 +315,9 @@ class LoadResult:
     interval_histograms: List[Any] = dataclasses.field(default_factory=list, repr=False)
     #: each of ``config.slo`` judged on this result, in order (empty without objectives)
     slo: List[Judgement] = dataclasses.field(default_factory=list)
+    #: with a ``config.rate_shape``: each stage's target beside the rates and latency
+    #: measured in it (:func:`stompfast.loadgen.shape.stage_rows`); empty otherwise
+    stages: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def slo_met(self) -> Optional[bool]:
@@ -298,12 +329,12 @@ class LoadResult:
     @property
     def loop(self) -> str:
         """``"open"`` (a fixed ``rate``) or ``"closed"`` (as fast as possible)."""
-        return "open" if self.config.rate else "closed"
+        return "open" if self.config.open_loop else "closed"
 
     @property
     def latency_note(self) -> str:
         """What ``latency_us`` measures in this run's mode (closed loop: it includes the backlog)."""
-        return OPEN_LOOP_LATENCY if self.config.rate else CLOSED_LOOP_LATENCY
+        return OPEN_LOOP_LATENCY if self.config.open_loop else CLOSED_LOOP_LATENCY
 
     def to_dict(self) -> Dict[str, Any]:
         """A JSON-ready dict (``schema: "stompfast.loadgen/1"``)."""
@@ -330,4 +361,5 @@ class LoadResult:
             "client_stats": dict(self.client_stats),
             "slo": [j.to_dict() for j in self.slo],
             "slo_met": self.slo_met,
+            "stages": [dict(row) for row in self.stages],
         }

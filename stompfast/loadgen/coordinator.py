@@ -18,6 +18,7 @@ from .histogram import percentiles
 from .links import LocalLink, ProcessLink, WorkerView, current_backend, process_main
 from .merge import merge_results
 from .plan import plan_workers
+from .shape import RateSchedule
 from .timeline import Timeline
 from .worker import TICK, worker_main
 
@@ -214,7 +215,7 @@ async def _until_ready(
     """Wait until every worker connected and subscribed; raise if one ended, took too long or ``stop`` was set."""
     deadline = time.monotonic() + 2 * config.connect_timeout + 60
     if progress is not None:
-        progress(Progress("connecting", 0.0, target_rate=config.rate))
+        progress(Progress("connecting", 0.0, target_rate=_target_at(config, 0.0)))
     while not all(v.ready is not None for v in views):
         for view in views:
             _receive(view, timeline)
@@ -251,7 +252,7 @@ async def _run_until_done(
     """
     copies = _copies(config, destinations)
     drain = _Drain(config.drain_timeout)
-    live = _LiveProgress(config.rate, views, progress, state["t0"], timeline)
+    live = _LiveProgress(config, views, progress, state["t0"], timeline)
     while True:
         await anyio.sleep(TICK / 2)
         for view in views:
@@ -354,10 +355,10 @@ class _LiveProgress:
     """The :class:`Progress` handed to the ``progress`` callback: rates over about the last second, every 0.25 s."""
 
     def __init__(
-        self, target_rate: Optional[float], views: List[WorkerView], progress: Optional[Callable[[Progress], Any]],
+        self, config: LoadConfig, views: List[WorkerView], progress: Optional[Callable[[Progress], Any]],
         t0: int, timeline: Timeline,
     ) -> None:
-        self.target_rate = target_rate
+        self.config = config
         self.views = views
         self.progress = progress
         self.t0 = t0
@@ -385,9 +386,10 @@ class _LiveProgress:
         t_old, s_old, r_old = self.history[0]
         span = mono - t_old
         latest = [v.client_stats for v in self.views if v.client_stats is not None]
+        elapsed = max(0.0, (time.time_ns() - self.t0) / 1e9)
         self.progress(Progress(
             "draining" if expected is not None else "running",
-            max(0.0, (time.time_ns() - self.t0) / 1e9),
+            elapsed,
             sent=sent,
             confirmed=sum(s.get("confirmed", 0) for s in snaps),
             received=received,
@@ -395,7 +397,7 @@ class _LiveProgress:
             errors=sum(s.get("errors", 0) for s in snaps),
             send_rate=(sent - s_old) / span if span > 0 else 0.0,
             receive_rate=(received - r_old) / span if span > 0 else 0.0,
-            target_rate=self.target_rate,
+            target_rate=_target_at(self.config, elapsed),
             client_stats=merge_records(latest) if latest else None,
             latency_us=self._latest_latency(),
         ))
@@ -427,3 +429,10 @@ def run(
 ) -> LoadResult:
     """Synchronous :func:`run_load`: runs its own event loop (``backend`` as for ``anyio.run``)."""
     return anyio.run(run_load, config, progress, backend=backend, backend_options=backend_options)
+
+
+def _target_at(config: LoadConfig, elapsed: float) -> Optional[float]:
+    """The rate asked for ``elapsed`` seconds into the run: ``rate``, the shape's rate then, or None (closed loop)."""
+    if config.rate_shape:
+        return RateSchedule(config.rate_shape, 1.0).rate_at(elapsed)
+    return config.rate

@@ -17,6 +17,7 @@ from .config import LoadConfig, LoadResult, is_fanout
 from .histogram import histogram_class, new_histogram, percentiles
 from .links import WorkerView
 from .plan import group_name
+from .shape import stage_rows
 from .slo import judge, parse_objectives
 from .timeline import Timeline, max_present, min_present
 
@@ -72,6 +73,8 @@ def merge_results(
     )
     # The objectives are judged on the merged result: every worker's messages, one histogram.
     result.slo = judge(parse_objectives(config.slo), result)
+    if config.rate_shape:
+        result.stages = stage_rows(config.rate_shape, result.timeline, result.interval_histograms)
     return result
 
 
@@ -210,7 +213,7 @@ def _rates(config: LoadConfig, finals: List[Dict[str, Any]]) -> Dict[str, Option
     receive_rate = _per_second(sum(f["measured_received"] for f in finals), recv_first, recv_last)
     size = len(config.body) if config.body is not None else config.size
     return {
-        "target_msgs_per_s": config.rate,
+        "target_msgs_per_s": config.target_rate,
         "send_msgs_per_s": send_rate,
         "receive_msgs_per_s": receive_rate,
         "send_mb_per_s": round(send_rate * size / 1e6, 3) if send_rate else None,

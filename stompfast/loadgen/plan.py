@@ -6,6 +6,7 @@ import dataclasses
 from typing import List, Optional
 
 from .config import LoadConfig, is_fanout
+from .shape import RateSchedule
 
 
 @dataclasses.dataclass
@@ -15,12 +16,14 @@ class ProducerSpec:
     key: str
     # Messages to send at most (None: until the duration ends)
     quota: Optional[int]
-    # This producer's messages/s (open loop) or None
+    # This producer's messages/s (open loop; its mean under a rate shape) or None
     rate: Optional[float]
-    # Open loop: intended time of message i is t0 + (i + phase) / rate
+    # Open loop: intended time of message i is t0 + (i + phase) / rate, or schedule.time_of(i + phase)
     phase: float
     first_destination: int
     warmup_messages: int
+    # Under a rate shape: this producer's share of it
+    schedule: Optional[RateSchedule] = None
 
 
 @dataclasses.dataclass
@@ -47,15 +50,17 @@ def plan_workers(config: LoadConfig, url: str, destinations: List[str], run_id: 
     quotas: List[Optional[int]] = list(split_evenly(count, n)) if count is not None else [None] * n
     warm = split_evenly(config.warmup_messages, n)
     body = bytes(config.body) if config.body is not None else b"x" * config.size
+    target = config.target_rate
     producers = [
         ProducerSpec(
             index=p,
             key=f"{run_id}.{p}",
             quota=quotas[p],
-            rate=config.rate / n if config.rate else None,
+            rate=target / n if target else None,
             phase=p / n,
             first_destination=p % len(destinations),
             warmup_messages=warm[p],
+            schedule=RateSchedule(config.rate_shape, 1 / n) if config.rate_shape else None,
         )
         for p in range(n)
     ]

@@ -76,6 +76,9 @@ async def send_all(
     in_tx = 0
     rate = spec.rate
     phase = spec.phase
+    # Under a rate shape: when message k is due (ns after t0), and how many are due by then
+    schedule = spec.schedule
+    time_of = schedule.time_of if schedule is not None else None
     due = 0
     if rate:
         step, lag_record, mono0 = _start_schedule(ps, rate, t0)
@@ -86,7 +89,7 @@ async def send_all(
         while i < quota:
             if rate:
                 # when message i is due, in ns after t0
-                intended = int((i + phase) * step)
+                intended = int((i + phase) * step) if time_of is None else time_of(i + phase)
                 if t0 + intended >= end:
                     break
                 mono = time.monotonic_ns()
@@ -100,7 +103,7 @@ async def send_all(
                     mono = time.monotonic_ns()
                     ahead = mono0 + intended - mono
                 # every message due by now, at most a burst before yielding
-                due = int((mono - mono0) / step - phase) + 1
+                due = int(((mono - mono0) / step if schedule is None else schedule.due_by(mono - mono0)) - phase) + 1
                 stop = min(quota, i + _BURST, max(due, i + 1))
             else:
                 if time_ns() >= end:
@@ -113,7 +116,7 @@ async def send_all(
                 now = time_ns()
                 if rate:
                     # the intended time is the stamp, so a producer that falls behind shows it as latency
-                    ts = t0 + int((i + phase) * step)
+                    ts = t0 + (int((i + phase) * step) if time_of is None else time_of(i + phase))
                     if ts >= end:
                         break
                     lag = (now - ts) // 1000
@@ -165,7 +168,8 @@ async def send_all(
             if rate and ps.first is None and i - first_i > warm:
                 # open loop: the measured span starts when the first measured message was due, so a
                 # producer that started late and caught up shows it as send lag, not as a higher rate
-                burst_start = min(burst_start, t0 + int((first_i + warm + phase) * step))
+                k = first_i + warm + phase
+                burst_start = min(burst_start, t0 + (int(k * step) if time_of is None else time_of(k)))
             _account(ps, rec, i, i - first_i, warm, burst_start, now)
             first_i = i
             warm = 0

@@ -120,7 +120,7 @@ class MetricsEndpoint:
                 "sent": c["sent"], "received": c["received"], "confirmed": c["confirmed"], "errors": c["errors"],
                 "send_rate": result.rates.get("send_msgs_per_s") or 0.0,
                 "receive_rate": result.rates.get("receive_msgs_per_s") or 0.0,
-                "target": result.config.rate or 0.0, "elapsed": result.elapsed, "running": 0,
+                "target": result.config.target_rate or 0.0, "elapsed": result.elapsed, "running": 0,
             }
             latency = result.latency_us
             stats = result.client_stats or {}

@@ -70,12 +70,13 @@ class Objective:
         return "latency"
 
     def limit(self, config: "LoadConfig") -> float:
-        """The threshold for this run (``F*target`` resolved against ``config.rate``)."""
+        """The threshold for this run (``F*target`` resolved against ``config.target_rate``)."""
         if self.factor is None:
             assert self.threshold is not None
             return self.threshold
-        assert config.rate is not None
-        return self.factor * config.rate
+        target = config.target_rate
+        assert target is not None
+        return self.factor * target
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +158,7 @@ def _parse_one(text: str) -> Objective:
 
 
 def _check_measurable(objective: Objective, config: "LoadConfig") -> None:
-    if objective.factor is not None and not config.rate:
+    if objective.factor is not None and not config.open_loop:
         raise ConfigurationError(f"--slo {objective.text!r}: 'target' is the --rate, and this run has none")
     if not config.consumers and (objective.kind == "latency" or objective.metric in ("received", "receive_rate")):
         raise ConfigurationError(f"--slo {objective.text!r}: a run without consumers measures no {objective.metric}")
@@ -176,7 +177,7 @@ def judge(objectives: Sequence[Objective], result: Any, config: Optional["LoadCo
     assert config is not None
     judgements = []
     for objective in objectives:
-        limit = objective.limit(config) if objective.factor is None or config.rate else math.nan
+        limit = objective.limit(config) if objective.factor is None or config.open_loop else math.nan
         value = _measured(objective, result, config)
         ok = value is not None and not math.isnan(limit) and _compare(value, objective.op, limit)
         judgements.append(Judgement(objective, limit, value, ok))

@@ -45,6 +45,7 @@ _NOT_OPTIONS = {"body", "headers", "processes", "destinations", "slo"}
 
 def _config_from_options(options: Dict[str, str]) -> Dict[str, Any]:
     from ..loadgen import LoadConfig
+    from ..loadgen.shape import parse_rate
 
     lowered = {str(k).lower(): str(v) for k, v in options.items()}
     values: Dict[str, Any] = {}
@@ -60,7 +61,14 @@ def _config_from_options(options: Dict[str, str]) -> Dict[str, Any]:
             if field.name in ("count", "warmup_messages", "producers", "consumers", "size", "receipt_window",
                               "transaction_size", "buffer_size"):
                 values[field.name] = int(text)
-            elif field.name in ("duration", "rate", "warmup", "interval", "drain_timeout", "connect_timeout"):
+            elif field.name == "rate":
+                # a constant rate, or a shape of steps and ramps as --rate takes it
+                rate, shape = parse_rate(text)
+                if shape:
+                    values["rate_shape"] = shape
+                else:
+                    values["rate"] = rate
+            elif field.name in ("duration", "warmup", "interval", "drain_timeout", "connect_timeout"):
                 values[field.name] = float(text)
             elif field.name == "receipts":
                 values[field.name] = text.strip().lower() in ("true", "1", "yes", "on")
@@ -87,7 +95,8 @@ class StompLoadgenDataSource(DataSource):
 
     Options are :class:`~stompfast.loadgen.LoadConfig` fields (``url``, ``count``,
     ``duration``, ``size``, ``rate``, ``producers``, ``consumers``, ``receipts``, ``ack``,
-    ...; snake_case or camelCase). ``count`` and ``rate`` are totals for the cluster,
+    ...; snake_case or camelCase). ``count`` and ``rate`` (a rate or a shape, as
+    ``stompfast bench --rate`` takes them) are totals for the cluster,
     split over the workers; ``producers``/``consumers`` are per worker.
     ``destinationPrefix`` names the queues (default ``/queue/stompfast-spark-<run>``).
     """
@@ -123,6 +132,12 @@ class StompLoadgenReader(DataSourceReader):
             values["count"] = _split(values["count"], self.workers)[worker]
         if values.get("rate") is not None:
             values["rate"] = values["rate"] / self.workers
+        if values.get("rate_shape"):
+            from ..loadgen.shape import Stage
+
+            values["rate_shape"] = tuple(
+                Stage(s.start / self.workers, s.end / self.workers, s.seconds) for s in values["rate_shape"]
+            )
         values["destinations"] = (f"{self.prefix}-{worker}",)
         values["processes"] = 1
         return values
