@@ -1,4 +1,4 @@
-"""``stompfast bench --rate`` shapes (steps and ramps) and ``--find-max-rate``.
+"""``stompfast bench --rate`` shapes (steps and ramps), ``--find-max-rate`` and ``--size`` distributions.
 
 The shape parser, the schedule and the search's next-rate rule are pure
 (``stompfast.loadgen.shape``, ``stompfast.loadgen.search``). Runs on the in-process
@@ -20,6 +20,7 @@ from stompfast import AsyncClient
 from stompfast.errors import ConfigurationError
 from stompfast.loadgen import LoadConfig, run_load
 from stompfast.loadgen.config import H_TS
+from stompfast.loadgen.bodies import CYCLE_LENGTH, body_cycle, mean_size, parse_sizes
 from stompfast.loadgen.search import DEFAULT_CRITERION, MAX_HALVINGS, RateSearch, find_max_rate
 from stompfast.loadgen.shape import NEVER, RateSchedule, Stage, parse_duration, parse_rate, stage_rows
 from stompfast.testing import Broker
@@ -226,3 +227,78 @@ def test_bench_find_max_rate_refuses_what_describes_one_run():
     assert run.returncode == 2 and b"describe one run" in run.stderr
     shaped = bench("--find-max-rate", "--rate", "10:1s", "-q")
     assert shaped.returncode == 2 and b"plain --rate" in shaped.stderr
+
+
+# -- message sizes ----------------------------------------------------------------------------------
+
+
+def test_sizes_parse_as_fixed_uniform_and_weighted():
+    assert parse_sizes("100") == ((100, 100, 1.0),)
+    assert parse_sizes("100..10000") == ((100, 10000, 1.0),)
+    assert parse_sizes("100:80%, 10000..20000:20") == ((100, 100, 80.0), (10000, 20000, 20.0))
+    assert mean_size(parse_sizes("100:80,10000..20000:20")) == 0.8 * 100 + 0.2 * 15000
+
+
+@pytest.mark.parametrize("bad, said", [
+    ("big", "not a size"),
+    ("-1", "not a size"),
+    ("20..10", "low <= high"),
+    ("1:0,2:0", "weight 0"),
+    (str(1 << 30), "low <= high"),
+])
+def test_a_bad_size_is_refused_with_what_is_wrong(bad: str, said: str):
+    with pytest.raises(ConfigurationError, match=said):
+        parse_sizes(bad)
+
+
+def test_a_producers_cycle_is_repeatable_and_follows_the_weights():
+    sizes = parse_sizes("100:80,10000..20000:20")
+    cycle = body_cycle(sizes, (), 0)
+    assert cycle is not None and len(cycle) == CYCLE_LENGTH
+    assert cycle == body_cycle(sizes, (), 0) and cycle != body_cycle(sizes, (), 1)
+    small = sum(1 for body in cycle if len(body) == 100)
+    # 80% of 1,024 draws, within four standard deviations (sqrt(1024 * 0.8 * 0.2) = 12.8)
+    assert abs(small - 0.8 * CYCLE_LENGTH) < 52
+    assert all(len(body) == 100 or 10000 <= len(body) <= 20000 for body in cycle)
+    # one fixed size or one body: no cycle; several bodies: in turn, each producer from another
+    assert body_cycle(parse_sizes("100"), (), 0) is None and body_cycle((), (b"a",), 0) is None
+    assert body_cycle((), (b"a", b"bb", b"ccc"), 4) == [b"bb", b"ccc", b"a"]
+
+
+@pytest.mark.anyio
+async def test_a_run_sends_each_producers_cycle_of_sizes_in_order():
+    sizes = parse_sizes("10..50:3,1000:1")
+    async with Broker() as broker:
+        queue = "/queue/lg-sizes"
+        result = await run_load(LoadConfig(url=broker.url, count=1500, sizes=sizes, consumers=0,
+                                           destinations=(queue,), heart_beat=(0, 0)))
+        async with AsyncClient(broker.url, heart_beat=(0, 0)) as client:
+            async with client.subscribe(queue) as sub:
+                bodies = [(await sub.receive()).body for _ in range(1500)]
+    cycle = body_cycle(sizes, (), 0)
+    assert cycle is not None
+    assert bodies == [cycle[i % len(cycle)] for i in range(1500)]
+    assert result.to_dict()["config"]["sizes"] == "10..50:3,1000:1"
+    assert result.config.mean_body_bytes == mean_size(sizes)
+
+
+def test_a_config_takes_one_of_body_bodies_and_sizes():
+    with pytest.raises(ConfigurationError, match="one of body, bodies and sizes"):
+        LoadConfig(body=b"x", sizes=((1, 2, 1.0),)).validate()
+    with pytest.raises(ConfigurationError, match="bodies must be bytes"):
+        LoadConfig(bodies=("text",)).validate()  # type: ignore[arg-type]
+
+
+def test_bench_takes_a_size_distribution_and_several_body_files(tmp_path):
+    run = bench("-n", "300", "--size", "10..30", "-q", "--json")
+    assert run.returncode == 0, run.stderr
+    document = json.loads(run.stdout)
+    assert document["config"]["sizes"] == "10..30" and document["counts"]["received"] == 300
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_bytes(b"{}")
+    second.write_bytes(b'{"k": 1}')
+    files = bench("-n", "10", "--body-file", str(first), "--body-file", str(second), "-q", "--json")
+    assert files.returncode == 0, files.stderr
+    assert json.loads(files.stdout)["config"]["bodies_bytes"] == [2, 8]
+    bad = bench("--size", "10..x", "-q")
+    assert bad.returncode == 2 and b"not a size" in bad.stderr

@@ -45,6 +45,7 @@ from ..cli.common import (
     trace_setup,
 )
 from ..errors import ConfigurationError
+from .bodies import SizeRange, describe_sizes, parse_sizes
 from .config import ACK_MODES, LoadConfig, LoadInterrupted, LoadResult, Progress
 from .coordinator import run_load
 from .export import write_csv, write_hdr_log
@@ -118,6 +119,14 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _sizes(text: str) -> Tuple[SizeRange, ...]:
+    """``--size``: one size or a distribution, as :func:`~.bodies.parse_sizes` reads it."""
+    try:
+        return parse_sizes(text)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _rate_or_shape(text: str) -> Tuple[Optional[float], Tuple[Stage, ...]]:
     """``--rate``: a constant rate, or steps and ramps (``1000:30s,1000..5000:60s``)."""
     try:
@@ -151,9 +160,11 @@ def add_bench_command(subparsers: Any) -> None:
                        help="destination, repeatable, used round-robin (default /queue/stompfast-bench-<random>);"
                        " /topic/ and /exchange/ ones give each consumer a copy")
     msgs = p.add_argument_group("messages")
-    msgs.add_argument("-s", "--size", metavar="BYTES", type=_non_negative_int, default=None,
-                      help="body size in bytes (default 100)")
-    msgs.add_argument("--body-file", metavar="PATH", help="send the bytes of PATH as every body")
+    msgs.add_argument("-s", "--size", metavar="BYTES|SIZES", type=_sizes, default=None,
+                      help="body size in bytes (default 100), or a distribution: LOW..HIGH (uniform) or"
+                      " BYTES:WEIGHT,... (weighted; entries may be ranges), e.g. 100:80,10000:20")
+    msgs.add_argument("--body-file", metavar="PATH", action="append", default=[],
+                      help="send the bytes of PATH as every body; repeated: the files in turn")
     msgs.add_argument("-H", "--header", metavar="NAME:VALUE", dest="headers", action="append",
                       type=parse_header, default=[], help="add a header to every message, e.g. persistent:true")
     stop = p.add_argument_group("how much, how fast")
@@ -228,7 +239,12 @@ def _describe(config: LoadConfig, destinations: Sequence[str]) -> str:
         f"{count:,} messages" if count is not None else "",
         f"{duration:g} s" if duration is not None else "",
     ) if x)
-    size = len(config.body) if config.body is not None else config.size
+    if config.bodies:
+        size = f"{len(config.bodies)} bodies in turn ({config.mean_body_bytes:,.0f} bytes on average)"
+    elif config.sizes:
+        size = f"{describe_sizes(config.sizes)}-byte (mean {config.mean_body_bytes:,.0f})"
+    else:
+        size = f"{len(config.body) if config.body is not None else config.size}-byte"
     if config.rate_shape:
         pace = f"rate shape {describe_shape(config.rate_shape)} msgs/s (open loop)"
     elif config.rate:
@@ -247,7 +263,7 @@ def _describe(config: LoadConfig, destinations: Sequence[str]) -> str:
     where = ", ".join(destinations) if destinations else "a fresh queue"
     return (
         f"{plural(config.producers, 'producer')}, {plural(config.consumers, 'consumer')},"
-        f" {size}-byte messages to {where}; {limit}, {pace}" + (f"; {', '.join(extras)}" if extras else "")
+        f" {size} messages to {where}; {limit}, {pace}" + (f"; {', '.join(extras)}" if extras else "")
     )
 
 
@@ -476,7 +492,7 @@ def _check_usage(args: argparse.Namespace) -> None:
     """Refuse, before any I/O, what cannot run here: --plot without matplotlib, two bodies."""
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         raise UsageError(PLOT_HINT)
-    if args.size is not None and args.body_file is not None:
+    if args.size is not None and args.body_file:
         raise UsageError("give --size or --body-file, not both")
     if args.find_max_rate and (args.plot or args.csv or args.hdr_log or args.prometheus):
         raise UsageError("--find-max-rate reports its runs in a table (or --json); --plot, --csv, --hdr-log and"
@@ -485,7 +501,8 @@ def _check_usage(args: argparse.Namespace) -> None:
 
 def _load_config(args: argparse.Namespace, conn: Connection, url: Optional[str]) -> LoadConfig:
     """The run's :class:`LoadConfig` from the options, checked (``url`` None: the in-process broker)."""
-    body = _read_body(args.body_file) if args.body_file is not None else None
+    files = [_read_body(path) for path in args.body_file]
+    fixed = args.size is None or (len(args.size) == 1 and args.size[0][0] == args.size[0][1])
     warmup, warmup_messages = args.warmup
     config = LoadConfig(
         url=url,
@@ -499,8 +516,10 @@ def _load_config(args: argparse.Namespace, conn: Connection, url: Optional[str])
         consumers=args.consumers,
         processes=args.processes,
         destinations=tuple(args.destinations),
-        size=args.size if args.size is not None else 100,
-        body=body,
+        size=args.size[0][0] if args.size is not None and fixed else 100,
+        sizes=() if fixed else args.size,
+        body=files[0] if len(files) == 1 else None,
+        bodies=tuple(files) if len(files) > 1 else (),
         headers=dict(args.headers) or None,
         count=args.count,
         duration=args.duration,

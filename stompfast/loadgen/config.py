@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..cli.common import mask
 from ..errors import ConfigurationError
+from .bodies import SizeRange, check_sizes, describe_sizes, mean_size
 from .shape import Stage, check_shape, describe_shape, shape_mean_rate, shape_seconds
 from .slo import Judgement, parse_objectives
 
@@ -86,7 +87,9 @@ class LoadConfig:
     (``/topic/`` and ``/exchange/`` ones deliver a copy to every consumer). Default:
     one fresh queue ``/queue/stompfast-bench-<random>``.
 
-    Messages: ``size`` bytes (``body`` overrides), extra ``headers``; stop after
+    Messages: ``size`` bytes (``body`` overrides; ``sizes``, a distribution of ``(low,
+    high, weight)`` ranges, or ``bodies``, several bodies sent in turn, replace both:
+    :mod:`stompfast.loadgen.bodies`), extra ``headers``; stop after
     ``count`` messages in total or ``duration`` seconds, whichever comes first
     (neither: 100,000 or 10 s). ``rate``: total messages per second, open loop;
     ``None``: closed loop, as fast as possible. ``rate_shape`` instead of ``rate``: steps
@@ -131,6 +134,8 @@ class LoadConfig:
     destinations: Tuple[str, ...] = ()
     size: int = 100
     body: Optional[bytes] = None
+    sizes: Tuple[SizeRange, ...] = ()
+    bodies: Tuple[bytes, ...] = ()
     headers: Optional[Dict[str, str]] = None
     count: Optional[int] = None
     duration: Optional[float] = None
@@ -181,6 +186,13 @@ class LoadConfig:
             raise ConfigurationError(f"ack must be one of {', '.join(ACK_MODES)}, not {self.ack!r}")
         if self.body is not None and not isinstance(self.body, (bytes, bytearray)):
             raise ConfigurationError("body must be bytes")
+        if not isinstance(self.sizes, tuple) or not isinstance(self.bodies, tuple):
+            raise ConfigurationError("sizes and bodies must be tuples")
+        check_sizes(self.sizes)
+        if not all(isinstance(b, (bytes, bytearray)) for b in self.bodies):
+            raise ConfigurationError("bodies must be bytes")
+        if sum(1 for given in (self.body is not None, bool(self.sizes), bool(self.bodies)) if given) > 1:
+            raise ConfigurationError("give one of body, bodies and sizes")
         for destination in self.destinations:
             if not isinstance(destination, str) or not destination:
                 raise ConfigurationError(f"a destination must be a non-empty str, not {destination!r}")
@@ -200,6 +212,15 @@ class LoadConfig:
             raise ConfigurationError(
                 f"count ({self.count}) must be at least the number of producers ({self.producers})"
             )
+
+    @property
+    def mean_body_bytes(self) -> float:
+        """The mean body size in bytes: what the MB/s rates are computed with."""
+        if self.bodies:
+            return sum(len(b) for b in self.bodies) / len(self.bodies)
+        if self.sizes:
+            return mean_size(self.sizes)
+        return float(len(self.body) if self.body is not None else self.size)
 
     @property
     def open_loop(self) -> bool:
@@ -232,6 +253,8 @@ class LoadConfig:
         data["url"] = mask(self.url) if self.url else None
         body = data.pop("body")
         data["body_bytes"] = len(body) if body is not None else None
+        data["bodies_bytes"] = [len(b) for b in data.pop("bodies")] or None
+        data["sizes"] = describe_sizes(self.sizes) or None
         data["destinations"] = list(self.destinations)
         data["versions"] = list(self.versions) if self.versions else None
         data["heart_beat"] = list(self.heart_beat)

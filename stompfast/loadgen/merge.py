@@ -211,7 +211,7 @@ def _rates(config: LoadConfig, finals: List[Dict[str, Any]]) -> Dict[str, Option
     recv_last = max_present(t["receive_last"] for t in times)
     send_rate = _per_second(sum(f["measured_sent"] for f in finals), send_first, send_last)
     receive_rate = _per_second(sum(f["measured_received"] for f in finals), recv_first, recv_last)
-    size = len(config.body) if config.body is not None else config.size
+    size = config.mean_body_bytes
     return {
         "target_msgs_per_s": config.target_rate,
         "send_msgs_per_s": send_rate,

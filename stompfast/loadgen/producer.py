@@ -9,6 +9,7 @@ from typing import Any, Callable, Deque, Dict, Optional, Tuple
 
 import anyio
 
+from .bodies import body_cycle
 from .config import H_PRODUCER, H_SEQ, H_TS, H_WARMUP, LoadConfig
 from .histogram import MAX_LATENCY_US, new_histogram
 from .plan import ProducerSpec, WorkerSpec
@@ -56,6 +57,9 @@ async def send_all(
     destinations = worker.destinations
     nd = len(destinations)
     body = worker.body
+    # A size distribution or several bodies: the bodies this producer sends in turn
+    cycle = body_cycle(config.sizes, config.bodies, spec.index)
+    cycle_length = len(cycle) if cycle is not None else 0
     extra = {**(config.headers or {}), **(queue_headers or {})} or None
     key = spec.key
     quota = spec.quota if spec.quota is not None else sys.maxsize
@@ -125,6 +129,8 @@ async def send_all(
                 else:
                     ts = now
                 seq = by_dest[d]
+                if cycle is not None:
+                    body = cycle[i % cycle_length]
                 h = {H_PRODUCER: key, H_SEQ: str(seq), H_TS: str(ts)}
                 if i < warm_count or ts < warm_until:
                     h[H_WARMUP] = "1"

@@ -45,6 +45,7 @@ _NOT_OPTIONS = {"body", "headers", "processes", "destinations", "slo"}
 
 def _config_from_options(options: Dict[str, str]) -> Dict[str, Any]:
     from ..loadgen import LoadConfig
+    from ..loadgen.bodies import parse_sizes
     from ..loadgen.shape import parse_rate
 
     lowered = {str(k).lower(): str(v) for k, v in options.items()}
@@ -58,8 +59,15 @@ def _config_from_options(options: Dict[str, str]) -> Dict[str, Any]:
             continue
         default = field.default
         try:
-            if field.name in ("count", "warmup_messages", "producers", "consumers", "size", "receipt_window",
-                              "transaction_size", "buffer_size"):
+            if field.name == "size":
+                # one size, or a distribution as --size takes it
+                sizes = parse_sizes(text)
+                if len(sizes) == 1 and sizes[0][0] == sizes[0][1]:
+                    values["size"] = sizes[0][0]
+                else:
+                    values["sizes"] = sizes
+            elif field.name in ("count", "warmup_messages", "producers", "consumers", "receipt_window",
+                                "transaction_size", "buffer_size"):
                 values[field.name] = int(text)
             elif field.name == "rate":
                 # a constant rate, or a shape of steps and ramps as --rate takes it
