@@ -402,7 +402,7 @@ def test_a_queue_read_from_two_workers_is_counted_exactly() -> None:
     first = _final({"r.0": [10]}, {"q0": {"r.0": _bits(0, 1, 2, 3, 4, 5)}}, {"q0": 6}, confirmed=10)
     second = _final({}, {"q0": {"r.0": _bits(4, 5, 6, 7, 8)}}, {"q0": 5}, errors=1)
     counts = _merge_counts([first, second], ["/queue/a"], consumers=2)
-    assert counts == {"sent": 10, "confirmed": 10, "expected": 10, "received": 11, "distinct": 9,
+    assert counts == {"sent": 10, "confirmed": 10, "expected": 10, "received": 11, "nacked": 0, "distinct": 9,
                       "duplicates": 2, "missing": 1, "unexpected": 0, "errors": 1, "warmup_sent": 0,
                       "warmup_received": 0}
 

@@ -19,8 +19,8 @@ from test_loadgen import assert_exact, bench
 from stompfast import AsyncClient
 from stompfast.errors import ConfigurationError
 from stompfast.loadgen import LoadConfig, run_load
-from stompfast.loadgen.config import H_TS
 from stompfast.loadgen.bodies import CYCLE_LENGTH, body_cycle, mean_size, parse_sizes
+from stompfast.loadgen.config import H_TS
 from stompfast.loadgen.search import DEFAULT_CRITERION, MAX_HALVINGS, RateSearch, find_max_rate
 from stompfast.loadgen.shape import NEVER, RateSchedule, Stage, parse_duration, parse_rate, stage_rows
 from stompfast.testing import Broker

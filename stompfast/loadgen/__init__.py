@@ -70,6 +70,7 @@ Layout: one module per job; every name listed here is importable from this packa
 * :mod:`.coordinator`: :func:`run_load` and :func:`run`, which start and drive the workers
 * :mod:`.merge`: the workers' final reports into a :class:`LoadResult`
 * :mod:`.slo`: objectives; :mod:`.bodies`: size distributions and several bodies;
+  :mod:`.behaviour`: consumers' processing time, NACK share and pauses;
   :mod:`.shape`: rate steps and ramps (:class:`Stage`);
   :mod:`.search`: the maximum sustainable rate (:func:`find_max_rate`)
 * :mod:`.plot`: :func:`write_plot`; :mod:`.command`: ``stompfast bench``

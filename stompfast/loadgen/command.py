@@ -45,6 +45,7 @@ from ..cli.common import (
     trace_setup,
 )
 from ..errors import ConfigurationError
+from .behaviour import parse_pause, parse_processing_time
 from .bodies import SizeRange, describe_sizes, parse_sizes
 from .config import ACK_MODES, LoadConfig, LoadInterrupted, LoadResult, Progress
 from .coordinator import run_load
@@ -52,7 +53,7 @@ from .export import write_csv, write_hdr_log
 from .plot import PLOT_HINT, write_plot
 from .prometheus import MetricsEndpoint, parse_listen
 from .search import Attempt, RateSearch, SearchResult, check_search, describe_attempt, held, step_config
-from .shape import Stage, describe_shape, parse_rate
+from .shape import Stage, describe_shape, parse_duration, parse_rate
 
 BENCH_EPILOG = f"""\
 Without --url (and without ${ENV_URL}) the in-process test broker is started on a free
@@ -117,6 +118,40 @@ def _non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
     return value
+
+
+def _duration(text: str) -> float:
+    """A length of time, as ``--rate`` stages write it (``5ms``, ``2.5s``, ``1m``, ``3``)."""
+    try:
+        return parse_duration(text)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _processing_time(text: str) -> Tuple[float, float]:
+    """``--processing-time``: ``TIME`` or ``LOW..HIGH``."""
+    try:
+        return parse_processing_time(text)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a share from 0 up to (not including) 1, got {text!r}")
+    return value
+
+
+def _pause(text: str) -> Tuple[float, float]:
+    """``--consumer-pause AT:LENGTH``."""
+    try:
+        return parse_pause(text)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _sizes(text: str) -> Tuple[SizeRange, ...]:
@@ -191,6 +226,19 @@ def add_bench_command(subparsers: Any) -> None:
                           help="producers send in transactions of K messages (default 0: none)")
     delivery.add_argument("--buffer-size", metavar="N", type=positive_int, default=1000,
                           help="consumer buffer, and broker prefetch in the client ack modes (default 1000)")
+    behave = p.add_argument_group("consumers")
+    behave.add_argument("--processing-time", metavar="TIME|LOW..HIGH", type=_processing_time, default=(0.0, 0.0),
+                        help="each consumer holds each message this long before acking it, one at a time"
+                        " (5ms; 1ms..10ms: uniform)")
+    behave.add_argument("--nack-share", metavar="F", type=_share, default=0.0,
+                        help="NACK this share of the deliveries (0.1: one in ten), which the broker requeues;"
+                        " needs --ack client-individual and a broker that requeues (RabbitMQ)")
+    behave.add_argument("--consumer-delay", metavar="SECONDS", type=_duration, default=None,
+                        help="consumers start taking messages SECONDS after the producers (a backlog builds,"
+                        " then drains: its drain rate is reported)")
+    behave.add_argument("--consumer-pause", metavar="AT:LENGTH", type=_pause, action="append", default=[],
+                        help="every consumer stops taking messages for LENGTH at AT (10s:5s), repeatable;"
+                        " each pause's backlog and drain rate are reported")
     gates = p.add_argument_group("objectives")
     gates.add_argument("--slo", metavar="OBJECTIVES", action="append", default=[],
                        help="service-level objectives judged on the result, comma-separated or repeated:"
@@ -260,6 +308,13 @@ def _describe(config: LoadConfig, destinations: Sequence[str]) -> str:
         extras.append(f"ack {config.ack}")
     if config.processes > 1:
         extras.append(f"{config.processes} processes")
+    if config.processing_time[1]:
+        low, high = config.processing_time
+        extras.append(f"processing {low * 1000:g}" + (f"..{high * 1000:g}" if high != low else "") + " ms a message")
+    if config.nack_share:
+        extras.append(f"{config.nack_share:.0%} NACKed")
+    for at, length in config.consumer_pauses:
+        extras.append(f"consumers paused {length:g} s at {at:g} s")
     where = ", ".join(destinations) if destinations else "a fresh queue"
     return (
         f"{plural(config.producers, 'producer')}, {plural(config.consumers, 'consumer')},"
@@ -315,9 +370,22 @@ def _table_rows(result: LoadResult) -> List[Tuple[str, str]]:
         rows.append(("run's queue", result.broker["cleanup"]))
     for index, judgement in enumerate(result.slo):
         rows.append(("objectives (--slo)" if index == 0 else "", judgement.describe()))
+    if c.get("nacked"):
+        rows.append(("nacked (redelivered)", _fmt(c["nacked"])))
+    for index, pause in enumerate(result.backlog):
+        rows.append(("consumer pauses: backlog" if index == 0 else "", _pause_text(pause)))
     for index, stage in enumerate(result.stages):
         rows.append(("stages: target -> sent / received" if index == 0 else "", _stage_text(stage)))
     return rows
+
+
+def _pause_text(pause: Dict[str, Any]) -> str:
+    """One consumer pause: the backlog it built and how fast it drained."""
+    text = (f"{pause['seconds']:g} s at {pause['at']:g} s: {_fmt(pause['backlog_before'])} ->"
+            f" {_fmt(pause['peak_backlog'])} messages, ")
+    if pause["drain_seconds"] is None:
+        return text + "not drained before the run ended"
+    return text + f"drained in {pause['drain_seconds']:.2f} s at {_fmt(pause['drain_rate'], ' msgs/s')}"
 
 
 def _stage_text(stage: Dict[str, Any]) -> str:
@@ -530,6 +598,9 @@ def _load_config(args: argparse.Namespace, conn: Connection, url: Optional[str])
         ack=args.ack,
         transaction_size=args.transaction_size,
         buffer_size=args.buffer_size,
+        processing_time=args.processing_time,
+        nack_share=args.nack_share,
+        consumer_pauses=tuple(([(0.0, args.consumer_delay)] if args.consumer_delay else []) + args.consumer_pause),
         warmup=warmup,
         warmup_messages=warmup_messages,
         interval=args.interval,

@@ -101,7 +101,13 @@ class LoadConfig:
     outstanding per producer), ``ack`` mode of the consumers, ``transaction_size``
     (0: none; else producers send in transactions of that many messages, committed
     with a receipt when ``receipts``), ``buffer_size`` (consumer buffer and, in the
-    client ack modes, broker prefetch).
+    client ack modes, broker prefetch: each consumer's prefetch).
+
+    Consumers (:mod:`stompfast.loadgen.behaviour`): ``processing_time`` ``(low, high)``
+    seconds each message is held before its ack (uniform; equal: fixed), ``nack_share``
+    of the deliveries NACKed (``ack="client-individual"``, on a broker that requeues a
+    NACKed message), ``consumer_pauses`` ``(at, length)`` windows in seconds from the
+    start in which no consumer takes a message (``LoadResult.backlog`` reports each).
 
     Measurement: ``warmup`` seconds and/or ``warmup_messages`` (total) are sent and
     counted but kept out of latency and rates; ``interval`` is the timeline's
@@ -146,6 +152,9 @@ class LoadConfig:
     ack: str = "auto"
     transaction_size: int = 0
     buffer_size: int = 1000
+    processing_time: Tuple[float, float] = (0.0, 0.0)
+    nack_share: float = 0.0
+    consumer_pauses: Tuple[Tuple[float, float], ...] = ()
     warmup: float = 0.0
     warmup_messages: int = 0
     interval: float = 1.0
@@ -184,6 +193,7 @@ class LoadConfig:
         positive_number("warmup", self.warmup, allow_zero=True)
         if self.ack not in ACK_MODES:
             raise ConfigurationError(f"ack must be one of {', '.join(ACK_MODES)}, not {self.ack!r}")
+        self._validate_consumers()
         if self.body is not None and not isinstance(self.body, (bytes, bytearray)):
             raise ConfigurationError("body must be bytes")
         if not isinstance(self.sizes, tuple) or not isinstance(self.bodies, tuple):
@@ -212,6 +222,35 @@ class LoadConfig:
             raise ConfigurationError(
                 f"count ({self.count}) must be at least the number of producers ({self.producers})"
             )
+
+    def _validate_consumers(self) -> None:
+        """The consumers' behaviour: processing time, NACK share, pauses."""
+        low_high = self.processing_time
+        if not (isinstance(low_high, tuple) and len(low_high) == 2
+                and all(isinstance(v, (int, float)) and math.isfinite(v) for v in low_high)
+                and 0 <= low_high[0] <= low_high[1]):
+            raise ConfigurationError(
+                f"processing_time must be (low, high) seconds, 0 <= low <= high, not {low_high!r}"
+            )
+        share = self.nack_share
+        if not isinstance(share, (int, float)) or not 0 <= share < 1:
+            raise ConfigurationError(f"nack_share must be a number from 0 up to (not including) 1, not {share!r}")
+        if share and self.ack != "client-individual":
+            raise ConfigurationError("nack_share needs ack='client-individual' (a NACK settles one message)")
+        if not isinstance(self.consumer_pauses, tuple) or not all(
+            isinstance(p, tuple) and len(p) == 2 and all(isinstance(v, (int, float)) and math.isfinite(v) for v in p)
+            and p[0] >= 0 and p[1] > 0 for p in self.consumer_pauses
+        ):
+            raise ConfigurationError(
+                f"consumer_pauses holds (at, length) seconds, length > 0: {self.consumer_pauses!r}"
+            )
+        if (share or low_high[1] or self.consumer_pauses) and not self.consumers:
+            raise ConfigurationError("processing_time, nack_share and consumer_pauses need consumers")
+
+    @property
+    def consumer_behaviour(self) -> bool:
+        """Whether the consumers do more than count: a processing time, a NACK share or pauses."""
+        return bool(self.processing_time[1] or self.nack_share or self.consumer_pauses)
 
     @property
     def mean_body_bytes(self) -> float:
@@ -341,6 +380,9 @@ class LoadResult:
     #: with a ``config.rate_shape``: each stage's target beside the rates and latency
     #: measured in it (:func:`stompfast.loadgen.shape.stage_rows`); empty otherwise
     stages: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: with ``config.consumer_pauses``: each pause's backlog and how fast it drained
+    #: (:func:`stompfast.loadgen.behaviour.backlog_rows`); empty otherwise
+    backlog: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def slo_met(self) -> Optional[bool]:
@@ -385,4 +427,5 @@ class LoadResult:
             "slo": [j.to_dict() for j in self.slo],
             "slo_met": self.slo_met,
             "stages": [dict(row) for row in self.stages],
+            "backlog": [dict(row) for row in self.backlog],
         }

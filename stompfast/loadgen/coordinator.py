@@ -12,6 +12,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import anyio
 
+from .behaviour import last_resume
 from .clientstats import merge_records
 from .config import LoadConfig, LoadInterrupted, LoadResult, Progress, is_fanout, is_rabbitmq, run_queue_headers
 from .histogram import percentiles
@@ -251,7 +252,9 @@ async def _run_until_done(
     Notes in ``state`` why it stopped: ``interrupted``, or ``drained``.
     """
     copies = _copies(config, destinations)
-    drain = _Drain(config.drain_timeout)
+    # The consumers' last pause ends this long after t0 (wall ns), on the monotonic clock
+    resume = time.monotonic() + (state["t0"] - time.time_ns()) / 1e9 + last_resume(config.consumer_pauses)
+    drain = _Drain(config.drain_timeout, resume)
     live = _LiveProgress(config, views, progress, state["t0"], timeline)
     while True:
         await anyio.sleep(TICK / 2)
@@ -333,8 +336,10 @@ def _expected(snaps: List[Dict[str, Any]], copies: List[int]) -> int:
 class _Drain:
     """The drain, once the producers are done: it is over when nothing more can be waited for."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, quiet_until: float = 0.0) -> None:
         self.timeout = timeout
+        # (monotonic s) consumers paused until then: no arrival is no sign of the end before it
+        self.quiet_until = quiet_until
         self.last_distinct = -1
         self.last_change = 0.0
 
@@ -345,7 +350,7 @@ class _Drain:
         new one arrived for ``timeout`` s: the first call starts that timeout, and every
         new distinct message starts it again.
         """
-        if distinct != self.last_distinct:
+        if distinct != self.last_distinct or mono < self.quiet_until:
             self.last_distinct = distinct
             self.last_change = mono
         return distinct >= expected or consumers_alive == 0 or mono - self.last_change > self.timeout

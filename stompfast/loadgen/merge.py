@@ -12,6 +12,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..cli.common import mask
+from .behaviour import backlog_rows
 from .clientstats import merge_records
 from .config import LoadConfig, LoadResult, is_fanout
 from .histogram import histogram_class, new_histogram, percentiles
@@ -75,6 +76,8 @@ def merge_results(
     result.slo = judge(parse_objectives(config.slo), result)
     if config.rate_shape:
         result.stages = stage_rows(config.rate_shape, result.timeline, result.interval_histograms)
+    if config.consumer_pauses:
+        result.backlog = backlog_rows(config.consumer_pauses, result.timeline)
     return result
 
 
@@ -96,6 +99,7 @@ def _merge_counts(finals: List[Dict[str, Any]], destinations: List[str], consume
         "confirmed": sum(f["confirmed"] for f in finals),
         "expected": expected,
         "received": sum(f["received"] for f in finals),
+        "nacked": sum(f.get("nacked", 0) for f in finals),
         "distinct": distinct,
         "duplicates": received_in_groups - distinct,
         "missing": missing,

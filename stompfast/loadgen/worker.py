@@ -11,6 +11,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import anyio
 
+from .._brokers import NACK_LOSES, broker_of
+from ..errors import ConfigurationError
+from .behaviour import ConsumerBehaviour
 from .clientstats import merge_records, stats_record
 from .config import H_PRODUCER, H_SEQ, H_TS, H_WARMUP, LoadConfig, run_queue_headers
 from .histogram import COUNTS_LEN, HALF_COUNT, HALF_MAGNITUDE, SHIFT, SUB_MASK, new_histogram
@@ -25,13 +28,16 @@ STATS_EVERY = 1.0
 
 
 class SubState:
-    __slots__ = ("group", "seen", "received", "distinct", "unexpected", "warmup", "measured", "first", "last")
+    __slots__ = ("group", "seen", "received", "distinct", "unexpected", "warmup", "measured", "nacked", "first",
+                 "last", "consumer")
 
-    def __init__(self, group: str, seen: Dict[str, bytearray]) -> None:
+    def __init__(self, group: str, seen: Dict[str, bytearray], consumer: int) -> None:
         self.group = group
         # Producer key -> bitmap of sf-seq values (shared by a queue's consumers)
         self.seen = seen
-        self.received = self.distinct = self.unexpected = self.warmup = self.measured = 0
+        # The consumer's index in the run (its behaviour's random generator is seeded with it)
+        self.consumer = consumer
+        self.received = self.distinct = self.unexpected = self.warmup = self.measured = self.nacked = 0
         self.first: Optional[int] = None
         self.last: Optional[int] = None
 
@@ -99,6 +105,7 @@ class Worker:
                     self.info.setdefault("server", client.server)
                     self.info.setdefault("version", client.version)
                     self.queue_headers = run_queue_headers(self.config, self.info["server"])
+                    _check_nack_requeues(self.config, client.server)
                     for d, destination in enumerate(spec.destinations):
                         group = group_name(d, spec.fanout[d], c)
                         seen = self.groups.get(group)
@@ -108,7 +115,7 @@ class Worker:
                             client.subscribe(destination, ack=self.config.ack, buffer_size=self.config.buffer_size,
                                              headers=self.queue_headers)
                         )
-                        self.subs.append((sub, SubState(group, seen)))
+                        self.subs.append((sub, SubState(group, seen, c)))
                 clients = []
                 for _ in self.producers:
                     client = await stack.enter_async_context(self._client())
@@ -201,6 +208,7 @@ class Worker:
             "sent_by_dest": by_dest,
             "confirmed": sum(ps.confirmed for ps in self.producers),
             "received": sum(st.received for _, st in self.subs),
+            "nacked": sum(st.nacked for _, st in self.subs),
             "distinct": sum(st.distinct for _, st in self.subs),
             "errors": self.error_count,
             "producers_done": all(ps.done for ps in self.producers),
@@ -254,6 +262,9 @@ class Worker:
                     tg.start_soon(self._consume, sub, st)
 
     async def _consume(self, sub: Any, st: SubState) -> None:
+        if self.config.consumer_behaviour:
+            await self._consume_as_told(sub, st)
+            return
         receive_batch = sub.receive_batch
         take, ack = self._take, self._ack
         time_ns = time.time_ns
@@ -265,6 +276,42 @@ class Worker:
                 take(st, batch, time_ns())
                 if acking:
                     await ack(batch)
+        except Exception as exc:
+            self._error(f"consumer of {sub.destination}: {type(exc).__name__}: {exc}")
+        finally:
+            self.consumers_alive -= 1
+
+    async def _consume_as_told(self, sub: Any, st: SubState) -> None:
+        """:meth:`_consume` with the consumers' behaviour (:mod:`.behaviour`): pauses, processing, NACKs."""
+        config = self.config
+        assert self.recorder is not None
+        behaviour = ConsumerBehaviour(config.processing_time, config.nack_share, config.consumer_pauses,
+                                      self.recorder.t0, st.consumer)
+        acking = config.ack != "auto"
+        try:
+            while True:
+                await behaviour.pause_if_due()
+                batch = await sub.receive_batch(config.buffer_size)
+                # a pause that began while this consumer waited for the batch
+                await behaviour.pause_if_due()
+                if not behaviour.per_message:
+                    self._take(st, batch, time.time_ns())
+                    if acking:
+                        await self._ack(batch)
+                    continue
+                for message in batch:
+                    if behaviour.nacks():
+                        # not counted as received: the redelivery is
+                        await message.nack()
+                        st.nacked += 1
+                        continue
+                    self._take(st, [message], time.time_ns())
+                    seconds = behaviour.processing_seconds()
+                    if seconds:
+                        await anyio.sleep(seconds)
+                    if acking:
+                        await self._ack([message])
+                    await behaviour.pause_if_due()
         except Exception as exc:
             self._error(f"consumer of {sub.destination}: {type(exc).__name__}: {exc}")
         finally:
@@ -376,3 +423,12 @@ def trace_instrumenter(config: LoadConfig) -> Callable[[Any], Any]:
 
 async def worker_main(spec: WorkerSpec, link: Any) -> None:
     await Worker(spec, link).run()
+
+
+def _check_nack_requeues(config: LoadConfig, server: Optional[str]) -> None:
+    """Refuse a NACK share on a broker that does not requeue a NACKed message: it would read as lost."""
+    broker = broker_of(server)
+    if config.nack_share and broker in NACK_LOSES:
+        raise ConfigurationError(
+            f"--nack-share needs a broker that requeues a NACKed message: {NACK_LOSES[broker]} (docs/brokers.md)"
+        )

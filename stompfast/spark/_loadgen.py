@@ -45,6 +45,7 @@ _NOT_OPTIONS = {"body", "headers", "processes", "destinations", "slo"}
 
 def _config_from_options(options: Dict[str, str]) -> Dict[str, Any]:
     from ..loadgen import LoadConfig
+    from ..loadgen.behaviour import parse_pause, parse_processing_time
     from ..loadgen.bodies import parse_sizes
     from ..loadgen.shape import parse_rate
 
@@ -76,7 +77,11 @@ def _config_from_options(options: Dict[str, str]) -> Dict[str, Any]:
                     values["rate_shape"] = shape
                 else:
                     values["rate"] = rate
-            elif field.name in ("duration", "warmup", "interval", "drain_timeout", "connect_timeout"):
+            elif field.name == "processing_time":
+                values[field.name] = parse_processing_time(text)
+            elif field.name == "consumer_pauses":
+                values[field.name] = tuple(parse_pause(part) for part in text.split(",") if part.strip())
+            elif field.name in ("duration", "warmup", "interval", "drain_timeout", "connect_timeout", "nack_share"):
                 values[field.name] = float(text)
             elif field.name == "receipts":
                 values[field.name] = text.strip().lower() in ("true", "1", "yes", "on")
@@ -103,9 +108,10 @@ class StompLoadgenDataSource(DataSource):
 
     Options are :class:`~stompfast.loadgen.LoadConfig` fields (``url``, ``count``,
     ``duration``, ``size``, ``rate``, ``producers``, ``consumers``, ``receipts``, ``ack``,
-    ...; snake_case or camelCase). ``count`` and ``rate`` (a rate or a shape, as
-    ``stompfast bench --rate`` takes them) are totals for the cluster,
-    split over the workers; ``producers``/``consumers`` are per worker.
+    ``processingTime``, ``nackShare``, ``consumerPauses`` (``10s:5s,20s:2s``), ...;
+    snake_case or camelCase; ``size``, ``rate`` and ``processingTime`` in the forms
+    ``stompfast bench`` takes). ``count`` and ``rate`` (a rate or a shape) are totals for
+    the cluster, split over the workers; ``producers``/``consumers`` are per worker.
     ``destinationPrefix`` names the queues (default ``/queue/stompfast-spark-<run>``).
     """
 

@@ -1,4 +1,4 @@
-"""The load generator against real brokers: RabbitMQ (rabbitmq_stomp) and ActiveMQ Classic.
+"""The load generator against real brokers: RabbitMQ (rabbitmq_stomp), ActiveMQ Classic and Artemis.
 
 Counting must be exact on a real broker too: every message sent is received once from
 a queue (once per consumer from a topic), with receipts and each ack mode,
@@ -20,6 +20,7 @@ import pytest
 from brokerenv import rabbitmqctl
 
 from stompfast import loadgen
+from stompfast.errors import ConfigurationError
 from stompfast.loadgen import LoadConfig, LoadResult, run_load
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -80,6 +81,31 @@ async def test_fixed_rate(broker_url: str) -> None:
     result = await run_load(config(broker_url, rate=1000, duration=2, count=None))
     assert_exact(result, 2000)
     assert abs(result.rates["send_msgs_per_s"] - 1000) <= 50
+
+
+@pytest.mark.anyio
+async def test_a_consumer_pause_builds_a_backlog_that_drains(broker_url: str) -> None:
+    result = await run_load(config(broker_url, rate=2000, duration=2, count=None, consumer_pauses=((0.5, 0.5),),
+                                   interval=0.25))
+    assert_exact(result, 4000)
+    (pause,) = result.backlog
+    assert pause["peak_backlog"] > pause["backlog_before"] and pause["drain_seconds"] is not None, pause
+
+
+@pytest.mark.anyio
+async def test_a_nack_share_counts_once_where_nack_requeues_and_is_refused_where_it_loses(
+    broker: str, broker_url: str
+) -> None:
+    # RabbitMQ requeues a NACKed message; ActiveMQ Classic and Artemis drop it (docs/brokers.md),
+    # which the run would report as missing: it is refused before anything is sent.
+    nacking = config(broker_url, ack="client-individual", nack_share=0.2, count=1000, processing_time=(0.0001, 0.0002))
+    if broker == "rabbitmq":
+        result = await run_load(nacking)
+        assert_exact(result, 1000)
+        assert result.counts["nacked"] > 0
+    else:
+        with pytest.raises(ConfigurationError, match="requeues a NACKed message"):
+            await run_load(nacking)
 
 
 def test_process_mode(broker_url: str) -> None:
