@@ -49,3 +49,19 @@ def test_loadgen_source_as_a_dataframe(spark: Any, broker_thread: Any) -> None:
     assert sorted(r.worker for r in rows) == [0, 1]
     assert sum(r.sent for r in rows) == sum(r.received for r in rows) == 300
     assert all(r.histogram for r in rows)
+
+
+def test_loadgen_options_take_the_bench_forms_of_shapes_sizes_and_consumers() -> None:
+    from stompfast.loadgen import Stage
+    from stompfast.spark._loadgen import StompLoadgenReader
+
+    reader = StompLoadgenReader({
+        "url": "stomp://127.0.0.1:61613/", "workers": "2", "rate": "1000:1s,0..2000:1s", "size": "10..20",
+        "ack": "client-individual", "nackShare": "0.1", "processingTime": "1ms..2ms",
+        "consumerPauses": "1s:0.5s, 2s:1s",
+    })
+    values = reader._values_for(0)
+    # the shape is the cluster's: each of the two workers sends half of it
+    assert values["rate_shape"] == (Stage(500, 500, 1), Stage(0, 1000, 1)) and "rate" not in values
+    assert values["sizes"] == ((10, 20, 1.0),) and values["nack_share"] == 0.1
+    assert values["processing_time"] == (0.001, 0.002) and values["consumer_pauses"] == ((1.0, 0.5), (2.0, 1.0))
