@@ -72,7 +72,8 @@ Layout: one module per job; every name listed here is importable from this packa
 * :mod:`.slo`: objectives; :mod:`.bodies`: size distributions and several bodies;
   :mod:`.behaviour`: consumers' processing time, NACK share and pauses;
   :mod:`.shape`: rate steps and ramps (:class:`Stage`);
-  :mod:`.search`: the maximum sustainable rate (:func:`find_max_rate`)
+  :mod:`.search`: the maximum sustainable rate (:func:`find_max_rate`); :mod:`.workload`:
+  ``--workload`` files
 * :mod:`.plot`: :func:`write_plot`; :mod:`.command`: ``stompfast bench``
 """
 

@@ -54,6 +54,7 @@ from .plot import PLOT_HINT, write_plot
 from .prometheus import MetricsEndpoint, parse_listen
 from .search import Attempt, RateSearch, SearchResult, check_search, describe_attempt, held, step_config
 from .shape import Stage, describe_shape, parse_duration, parse_rate
+from .workload import WorkloadAction
 
 BENCH_EPILOG = f"""\
 Without --url (and without ${ENV_URL}) the in-process test broker is started on a free
@@ -184,6 +185,9 @@ def add_bench_command(subparsers: Any) -> None:
         epilog=BENCH_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--workload", metavar="FILE.toml", action=WorkloadAction,
+                   help="read options from a TOML file: each key an option of this command (rate, destinations,"
+                   " slo, ...; docs/loadgen.md); options after it override the file's")
     shape = p.add_argument_group("load")
     shape.add_argument("-p", "--producers", metavar="N", type=positive_int, default=1,
                        help="producer connections (default 1)")
