@@ -12,6 +12,7 @@ line override the file's (a repeated one adds to the file's list).
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from typing import Any, Dict, List
 
@@ -23,18 +24,17 @@ _NOT_KEYS = {"workload", "help"}
 
 def read_toml(path: str) -> Dict[str, Any]:
     """The TOML document at ``path`` (ConfigurationError if it cannot be read or parsed)."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - exercised by the CPython 3.10 run
-        try:
-            import tomli as tomllib
-        except ImportError:
-            raise ConfigurationError(
-                "reading a workload file on Python 3.10 needs tomli: pip install tomli (or stompfast[cli])"
-            ) from None
+    # tomllib from 3.11 on; before, the same parser as the tomli package
+    try:
+        tomllib: Any = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")
+    except ImportError:
+        raise ConfigurationError(
+            "reading a workload file on Python 3.10 needs tomli: pip install tomli (or stompfast[cli])"
+        ) from None
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            document: Dict[str, Any] = tomllib.load(f)
+            return document
     except OSError as exc:
         raise ConfigurationError(f"cannot read the workload file {path}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
@@ -52,11 +52,11 @@ def workload_args(document: Dict[str, Any], parser: argparse.ArgumentParser, pat
             by_key[name] = by_key[name.replace("-", "_")] = by_key[name.replace("_", "-")] = action
     args: List[str] = []
     for key, value in document.items():
-        action = by_key.get(key)
-        if action is None:
+        option = by_key.get(key)
+        if option is None:
             known = ", ".join(sorted({a.dest for a in by_key.values()}))
             raise ConfigurationError(f"{path}: unknown key {key!r} (the keys are stompfast bench's options: {known})")
-        args.extend(_option_args(action, key, value, path))
+        args.extend(_option_args(option, key, value, path))
     return args
 
 
