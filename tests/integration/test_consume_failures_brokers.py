@@ -124,7 +124,7 @@ async def test_a_connection_cut_between_the_dead_letter_and_the_ack_gives_a_dupl
                     steps.append(f"reconnects: {client.reconnects}")
 
             def state() -> str:
-                return f"steps {steps}, {consumer.stats()}, {proxy.stats()}, client error {client.error!r}"
+                return f"steps {steps}, {consumer.stats()}, {proxy.stats}, client error {client.error!r}"
 
             consumer.publish = publish_then_cut
             with anyio.move_on_after(WAIT):
