@@ -73,7 +73,7 @@ Layout: one module per job; every name listed here is importable from this packa
   :mod:`.behaviour`: consumers' processing time, NACK share and pauses;
   :mod:`.shape`: rate steps and ramps (:class:`Stage`);
   :mod:`.search`: the maximum sustainable rate (:func:`find_max_rate`); :mod:`.workload`:
-  ``--workload`` files
+  ``--workload`` files; :mod:`.failover`: ``--cut-links`` and its outages
 * :mod:`.plot`: :func:`write_plot`; :mod:`.command`: ``stompfast bench``
 """
 

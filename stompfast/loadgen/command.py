@@ -155,6 +155,14 @@ def _pause(text: str) -> Tuple[float, float]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _cuts(text: str) -> Tuple[float, ...]:
+    """``--cut-links AT,...``: times from the start."""
+    cuts = tuple(_duration(part) for part in text.split(",") if part.strip())
+    if not cuts or min(cuts) <= 0:
+        raise argparse.ArgumentTypeError(f"expected times after the start, e.g. 5s,15s, got {text!r}")
+    return cuts
+
+
 def _sizes(text: str) -> Tuple[SizeRange, ...]:
     """``--size``: one size or a distribution, as :func:`~.bodies.parse_sizes` reads it."""
     try:
@@ -243,6 +251,11 @@ def add_bench_command(subparsers: Any) -> None:
     behave.add_argument("--consumer-pause", metavar="AT:LENGTH", type=_pause, action="append", default=[],
                         help="every consumer stops taking messages for LENGTH at AT (10s:5s), repeatable;"
                         " each pause's backlog and drain rate are reported")
+    fail = p.add_argument_group("failover")
+    fail.add_argument("--cut-links", metavar="AT,...", type=_cuts, default=(),
+                      help="with --rate: reset every connection at these times (5s,15s) through a fault proxy; the"
+                      " clients reconnect, and each outage is counted per message: lost, duplicated, reordered,"
+                      " delayed, the gap and the latency spike")
     gates = p.add_argument_group("objectives")
     gates.add_argument("--slo", metavar="OBJECTIVES", action="append", default=[],
                        help="service-level objectives judged on the result, comma-separated or repeated:"
@@ -319,6 +332,8 @@ def _describe(config: LoadConfig, destinations: Sequence[str]) -> str:
         extras.append(f"{config.nack_share:.0%} NACKed")
     for at, length in config.consumer_pauses:
         extras.append(f"consumers paused {length:g} s at {at:g} s")
+    if config.link_cuts:
+        extras.append("links cut at " + ", ".join(f"{at:g} s" for at in config.link_cuts))
     where = ", ".join(destinations) if destinations else "a fresh queue"
     return (
         f"{plural(config.producers, 'producer')}, {plural(config.consumers, 'consumer')},"
@@ -376,11 +391,23 @@ def _table_rows(result: LoadResult) -> List[Tuple[str, str]]:
         rows.append(("objectives (--slo)" if index == 0 else "", judgement.describe()))
     if c.get("nacked"):
         rows.append(("nacked (redelivered)", _fmt(c["nacked"])))
+    for index, outage in enumerate(result.outages):
+        rows.append(("failover: per outage" if index == 0 else "", _outage_text(outage)))
     for index, pause in enumerate(result.backlog):
         rows.append(("consumer pauses: backlog" if index == 0 else "", _pause_text(pause)))
     for index, stage in enumerate(result.stages):
         rows.append(("stages: target -> sent / received" if index == 0 else "", _stage_text(stage)))
     return rows
+
+
+def _outage_text(row: Dict[str, Any]) -> str:
+    """One outage of a failover run (or, with ``cut`` None, the time before the first)."""
+    when = "before the first cut" if row["cut"] is None else f"cut at {row['cut']:.2f} s"
+    return (
+        f"{when}: lost {_fmt(row['lost'])}, duplicated {_fmt(row['duplicated'])}, reordered"
+        f" {_fmt(row['reordered'])}, delayed {_fmt(row['delayed'])} (> {_ms(row['delayed_after_us'])}),"
+        f" gap {row['gap_s'] * 1000:,.0f} ms, max latency {_ms(row['latency_max_us'])}"
+    )
 
 
 def _pause_text(pause: Dict[str, Any]) -> str:
@@ -604,6 +631,7 @@ def _load_config(args: argparse.Namespace, conn: Connection, url: Optional[str])
         buffer_size=args.buffer_size,
         processing_time=args.processing_time,
         nack_share=args.nack_share,
+        link_cuts=args.cut_links,
         consumer_pauses=tuple(([(0.0, args.consumer_delay)] if args.consumer_delay else []) + args.consumer_pause),
         warmup=warmup,
         warmup_messages=warmup_messages,

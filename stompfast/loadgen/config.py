@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..cli.common import mask
 from ..errors import ConfigurationError
 from .bodies import SizeRange, check_sizes, describe_sizes, mean_size
+from .failover import check_failover
 from .shape import Stage, check_shape, describe_shape, shape_mean_rate, shape_seconds
 from .slo import Judgement, parse_objectives
 
@@ -42,6 +43,10 @@ def is_fanout(destination: str) -> bool:
 #: SEND and SUBSCRIBE of the queue must carry the same properties (a declaration that
 #: differs is refused with PRECONDITION_FAILED).
 RABBITMQ_RUN_QUEUE_HEADERS = {"durable": "true", "auto-delete": "true"}
+#: ... in a failover run, whose consumers lose their connection on purpose: an auto-delete
+#: queue would go with them, messages and all. RabbitMQ deletes this one a minute after
+#: its last consumer left (``x-expires``, measured on RabbitMQ 4.3).
+RABBITMQ_FAILOVER_QUEUE_HEADERS = {"durable": "true", "x-expires": "60000"}
 
 
 def is_rabbitmq(server: Optional[str]) -> bool:
@@ -54,7 +59,7 @@ def run_queue_headers(config: "LoadConfig", server: Optional[str]) -> Optional[D
     if config.destinations or not is_rabbitmq(server):
         # A destination the user named is theirs: declared as the broker defaults it
         return None
-    return dict(RABBITMQ_RUN_QUEUE_HEADERS)
+    return dict(RABBITMQ_FAILOVER_QUEUE_HEADERS if config.link_cuts else RABBITMQ_RUN_QUEUE_HEADERS)
 
 
 class LoadInterrupted(Exception):
@@ -109,6 +114,10 @@ class LoadConfig:
     NACKed message), ``consumer_pauses`` ``(at, length)`` windows in seconds from the
     start in which no consumer takes a message (``LoadResult.backlog`` reports each).
 
+    Failover: ``link_cuts``, seconds from the start at which every connection is reset
+    (through a fault proxy; the clients reconnect), each outage counted per message in
+    ``LoadResult.outages`` (:mod:`stompfast.loadgen.failover`).
+
     Measurement: ``warmup`` seconds and/or ``warmup_messages`` (total) are sent and
     counted but kept out of latency and rates; ``interval`` is the timeline's
     resolution; ``drain_timeout``: after the producers stop, give up waiting for
@@ -162,6 +171,7 @@ class LoadConfig:
     trace: bool = False
     trace_exporter: Optional[str] = None
     slo: Tuple[str, ...] = ()
+    link_cuts: Tuple[float, ...] = ()
 
     def validate(self) -> None:
         """Raise :class:`~stompfast.ConfigurationError` (a ValueError) for a value that cannot work."""
@@ -218,6 +228,7 @@ class LoadConfig:
         if self.rate_shape and self.rate is not None:
             raise ConfigurationError("give rate or rate_shape, not both")
         parse_objectives(self.slo, self)
+        check_failover(self)
         if self.count is not None and self.count < self.producers:
             raise ConfigurationError(
                 f"count ({self.count}) must be at least the number of producers ({self.producers})"
@@ -380,6 +391,9 @@ class LoadResult:
     #: with a ``config.rate_shape``: each stage's target beside the rates and latency
     #: measured in it (:func:`stompfast.loadgen.shape.stage_rows`); empty otherwise
     stages: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: with ``config.link_cuts``: the time before the first cut, then each outage, counted per
+    #: message (:func:`stompfast.loadgen.failover.outage_rows`); empty otherwise
+    outages: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
     #: with ``config.consumer_pauses``: each pause's backlog and how fast it drained
     #: (:func:`stompfast.loadgen.behaviour.backlog_rows`); empty otherwise
     backlog: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -428,4 +442,5 @@ class LoadResult:
             "slo_met": self.slo_met,
             "stages": [dict(row) for row in self.stages],
             "backlog": [dict(row) for row in self.backlog],
+            "outages": [dict(row) for row in self.outages],
         }

@@ -64,8 +64,26 @@ async def _coordinate(
     config: LoadConfig, url: str, destinations: List[str], in_process: bool,
     progress: Optional[Callable[[Progress], Any]], stop: Optional[anyio.Event] = None,
 ) -> LoadResult:
+    if config.link_cuts:
+        # A failover run: every client goes through a fault proxy, which resets their links at the cuts
+        from urllib.parse import urlsplit
+
+        from ..testing import FaultProxy
+
+        target = urlsplit(url)
+        async with FaultProxy((target.hostname or "127.0.0.1", target.port or 61613)) as proxy:
+            return await _coordinate_through(config, url, proxy.rewrite(url), destinations, in_process, progress,
+                                             stop, proxy)
+    return await _coordinate_through(config, url, url, destinations, in_process, progress, stop, None)
+
+
+async def _coordinate_through(
+    config: LoadConfig, url: str, worker_url: str, destinations: List[str], in_process: bool,
+    progress: Optional[Callable[[Progress], Any]], stop: Optional[anyio.Event], proxy: Any,
+) -> LoadResult:
+    """:func:`_coordinate` with the URL the workers connect to (a failover run's proxy) and the proxy."""
     run_id = uuid.uuid4().hex[:10]
-    specs = plan_workers(config, url, destinations, run_id)
+    specs = plan_workers(config, worker_url, destinations, run_id)
     backend, backend_options, backend_label = current_backend()
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     views: List[WorkerView] = []
@@ -101,7 +119,7 @@ async def _coordinate(
                 processes.append(process)
                 views.append(WorkerView(spec, ProcessLink(process, parent)))
         try:
-            result = await _drive(config, views, destinations, progress, stop)
+            result = await _drive(config, views, destinations, progress, stop, proxy)
         # Raised as it is below, not wrapped in an exception group
         except Exception as exc:
             error = exc
@@ -151,6 +169,9 @@ async def _clean_up(config: LoadConfig, url: str, destinations: List[str], serve
             " restarted or configured to drop inactive ones); a complete run leaves it empty, an interrupted"
             " one with the messages not received"
         )
+    if config.link_cuts:
+        return (f"{queue} was declared to expire (x-expires): RabbitMQ deletes it, with whatever it holds, a"
+                " minute after its last consumer left")
     from .._client import AsyncClient
 
     kwargs: Dict[str, Any] = {"versions": config.versions} if config.versions else {}
@@ -192,7 +213,7 @@ def _receive(view: WorkerView, timeline: Timeline) -> None:
 
 async def _drive(
     config: LoadConfig, views: List[WorkerView], destinations: List[str],
-    progress: Optional[Callable[[Progress], Any]], stop: Optional[anyio.Event] = None,
+    progress: Optional[Callable[[Progress], Any]], stop: Optional[anyio.Event] = None, proxy: Any = None,
 ) -> Dict[str, Any]:
     """Drive the workers through a run: ready, go, run and drain (or be stopped), stop, final reports.
 
@@ -201,7 +222,7 @@ async def _drive(
     by ``stop``, or ``drained`` True when every message arrived, False when the drain gave up).
     """
     timeline = Timeline()
-    state: Dict[str, Any] = {"timeline": timeline}
+    state: Dict[str, Any] = {"timeline": timeline, "proxy": proxy, "cuts": []}
     await _until_ready(config, views, timeline, progress, stop)
     state["t0"] = _go(views)
     await _run_until_done(config, views, destinations, timeline, state, progress, stop)
@@ -252,6 +273,8 @@ async def _run_until_done(
     Notes in ``state`` why it stopped: ``interrupted``, or ``drained``.
     """
     copies = _copies(config, destinations)
+    # A failover run: the links are reset at these wall-clock ns (the cuts made are noted in state["cuts"])
+    cuts = [state["t0"] + int(at * 1e9) for at in sorted(config.link_cuts)]
     # The consumers' last pause ends this long after t0 (wall ns), on the monotonic clock
     resume = time.monotonic() + (state["t0"] - time.time_ns()) / 1e9 + last_resume(config.consumer_pauses)
     drain = _Drain(config.drain_timeout, resume)
@@ -265,6 +288,11 @@ async def _run_until_done(
             _stop_workers(views, state)
             state["interrupted"] = True
             return
+        while cuts and time.time_ns() >= cuts[0]:
+            cuts.pop(0)
+            state["proxy"].reset_all()
+            # when it was made: the outages are counted from there
+            state["cuts"].append((time.time_ns() - state["t0"]) / 1e9)
         mono = time.monotonic()
         snaps = [v.progress for v in views]
         done = all(s.get("producers_done", False) for s in snaps if s) and all(snaps)

@@ -15,6 +15,7 @@ from ..cli.common import mask
 from .behaviour import backlog_rows
 from .clientstats import merge_records
 from .config import LoadConfig, LoadResult, is_fanout
+from .failover import outage_rows
 from .histogram import histogram_class, new_histogram, percentiles
 from .links import WorkerView
 from .plan import group_name
@@ -78,6 +79,8 @@ def merge_results(
         result.stages = stage_rows(config.rate_shape, result.timeline, result.interval_histograms)
     if config.consumer_pauses:
         result.backlog = backlog_rows(config.consumer_pauses, result.timeline)
+    if config.link_cuts:
+        result.outages = _outages(views, finals, state)
     return result
 
 
@@ -325,3 +328,14 @@ def _machine() -> Dict[str, Any]:
     except (AttributeError, OSError):
         pass
     return out
+
+
+def _outages(views: List[WorkerView], finals: List[Dict[str, Any]], state: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """A failover run's outages, from every consumer's delivery log (:func:`.failover.outage_rows`)."""
+    producers = sorted((ps for view in views for ps in view.spec.producers), key=lambda ps: ps.index)
+    sent_by = _sent_by_producer(finals)
+    return outage_rows(
+        state["cuts"], [(ps.rate or 0.0, ps.phase) for ps in producers],
+        [sum(sent_by.get(ps.key, [0])) for ps in producers],
+        [log for f in finals for log in f.get("deliveries", [])], state["t0"],
+    )

@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import anyio
 
 from .._brokers import NACK_LOSES, broker_of
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, StaleMessageError
 from .behaviour import ConsumerBehaviour
 from .clientstats import merge_records, stats_record
 from .config import H_PRODUCER, H_SEQ, H_TS, H_WARMUP, LoadConfig, run_queue_headers
@@ -28,8 +28,8 @@ STATS_EVERY = 1.0
 
 
 class SubState:
-    __slots__ = ("group", "seen", "received", "distinct", "unexpected", "warmup", "measured", "nacked", "first",
-                 "last", "consumer")
+    __slots__ = ("group", "seen", "received", "distinct", "unexpected", "warmup", "measured", "nacked", "stale",
+                 "first", "last", "consumer", "log")
 
     def __init__(self, group: str, seen: Dict[str, bytearray], consumer: int) -> None:
         self.group = group
@@ -38,6 +38,10 @@ class SubState:
         # The consumer's index in the run (its behaviour's random generator is seeded with it)
         self.consumer = consumer
         self.received = self.distinct = self.unexpected = self.warmup = self.measured = self.nacked = 0
+        # Acks refused as stale: the message came from a connection lost since (a failover run)
+        self.stale = 0
+        # A failover run: every delivery as (producer index, seq, receive ns, latency us); else None
+        self.log: Optional[List[Tuple[int, int, int, int]]] = None
         self.first: Optional[int] = None
         self.last: Optional[int] = None
 
@@ -77,6 +81,7 @@ class Worker:
 
     def _client(self) -> Any:
         from .._client import AsyncClient
+        from .._reconnect import ReconnectPolicy
 
         c = self.config
         kwargs: Dict[str, Any] = {}
@@ -84,9 +89,12 @@ class Worker:
             kwargs["versions"] = c.versions
         # persistent=False: a run's messages are the broker's default, not persistent, on every
         # broker (runs stay comparable); -H persistent:true asks for persistence (docs/loadgen.md)
+        # A failover run cuts the links on purpose: its clients reconnect at once
+        reconnect: Any = ReconnectPolicy(initial_delay=0.05, max_delay=1.0) if c.link_cuts else False
         client = AsyncClient(
             self.spec.url, login=c.login, passcode=c.passcode, virtual_host=c.virtual_host,
-            heart_beat=c.heart_beat, connect_timeout=c.connect_timeout, reconnect=False, persistent=False, **kwargs,
+            heart_beat=c.heart_beat, connect_timeout=c.connect_timeout, reconnect=reconnect, persistent=False,
+            **kwargs,
         )
         if self.instrument is not None:
             # Traced methods on this client object: the producer loop is unchanged
@@ -115,7 +123,10 @@ class Worker:
                             client.subscribe(destination, ack=self.config.ack, buffer_size=self.config.buffer_size,
                                              headers=self.queue_headers)
                         )
-                        self.subs.append((sub, SubState(group, seen, c)))
+                        state = SubState(group, seen, c)
+                        if self.config.link_cuts:
+                            state.log = []
+                        self.subs.append((sub, state))
                 clients = []
                 for _ in self.producers:
                     client = await stack.enter_async_context(self._client())
@@ -147,7 +158,7 @@ class Worker:
                     while sub.pending:
                         batch = await sub.receive_batch(self.config.buffer_size)
                         self._take(st, batch, time.time_ns())
-                        await self._ack(batch)
+                        await self._ack(batch, st)
                 except Exception:
                     pass
             self.recorder.close()
@@ -246,6 +257,8 @@ class Worker:
             unexpected=sum(st.unexpected for _, st in self.subs),
             received_by_group=per_group,
             seen={group: {key: bytes(bm) for key, bm in seen.items() if bm} for group, seen in self.groups.items()},
+            stale=sum(st.stale for _, st in self.subs),
+            deliveries=[st.log for _, st in self.subs if st.log is not None],
             lag=lag.encode() if lag is not None else None,
             error_texts=list(self.errors),
             times=times,
@@ -275,7 +288,7 @@ class Worker:
                 batch = await receive_batch(n)
                 take(st, batch, time_ns())
                 if acking:
-                    await ack(batch)
+                    await ack(batch, st)
         except Exception as exc:
             self._error(f"consumer of {sub.destination}: {type(exc).__name__}: {exc}")
         finally:
@@ -297,7 +310,7 @@ class Worker:
                 if not behaviour.per_message:
                     self._take(st, batch, time.time_ns())
                     if acking:
-                        await self._ack(batch)
+                        await self._ack(batch, st)
                     continue
                 for message in batch:
                     if behaviour.nacks():
@@ -310,7 +323,7 @@ class Worker:
                     if seconds:
                         await anyio.sleep(seconds)
                     if acking:
-                        await self._ack([message])
+                        await self._ack([message], st)
                     await behaviour.pause_if_due()
         except Exception as exc:
             self._error(f"consumer of {sub.destination}: {type(exc).__name__}: {exc}")
@@ -325,6 +338,7 @@ class Worker:
             rec.roll(now)
         counts = rec.counts
         seen = st.seen
+        log = st.log
         distinct = unexpected = warm = 0
         for message in batch:
             # Frame is a tuple (command, headers dict, body, repeats): frames.py documents it
@@ -349,6 +363,8 @@ class Worker:
             if not bitmap[i] & bit:
                 bitmap[i] |= bit
                 distinct += 1
+            if log is not None:
+                log.append((int(h[H_PRODUCER].rpartition(".")[2]), seq, now, max(0, (now - ts) // 1000)))
             if H_WARMUP in h:
                 warm += 1
                 continue
@@ -378,13 +394,17 @@ class Worker:
         rec.warmup += warm
         rec.recorded += measured
 
-    async def _ack(self, batch: List[Any]) -> None:
-        if self.config.ack == "client":
-            # Cumulative
-            await batch[-1].ack()
-        elif self.config.ack == "client-individual":
-            for message in batch:
-                await message.ack()
+    async def _ack(self, batch: List[Any], st: SubState) -> None:
+        try:
+            if self.config.ack == "client":
+                # Cumulative
+                await batch[-1].ack()
+            elif self.config.ack == "client-individual":
+                for message in batch:
+                    await message.ack()
+        except StaleMessageError:
+            # From a connection lost since (a failover run): the broker redelivers it
+            st.stale += 1
 
     # -- producers ------------------------------------------------------------------------
 

@@ -40,7 +40,10 @@ LOADGEN_SCHEMA = (
 
 #: LoadConfig fields that cannot be given as options (the split ones are per cluster, see below).
 # (``slo``: judged by run_cluster_load on the merged result, not by each task)
-_NOT_OPTIONS = {"body", "headers", "processes", "destinations", "slo"}
+_NOT_OPTIONS = {"body", "headers", "processes", "destinations", "slo", "bodies", "link_cuts"}
+#: Options a Spark task cannot honour: refused rather than ignored (a failover run cuts the links of one
+#: process's proxy; the tasks run in processes of their own)
+_REFUSED_OPTIONS = {"link_cuts": "a failover run (--cut-links) runs in one stompfast bench, not over Spark tasks"}
 
 
 def _config_from_options(options: Dict[str, str]) -> Dict[str, Any]:
@@ -50,6 +53,9 @@ def _config_from_options(options: Dict[str, str]) -> Dict[str, Any]:
     from ..loadgen.shape import parse_rate
 
     lowered = {str(k).lower(): str(v) for k, v in options.items()}
+    for name, why in _REFUSED_OPTIONS.items():
+        if name.replace("_", "") in {k.replace("_", "") for k in lowered}:
+            raise ConfigurationError(f"option {name!r}: {why}")
     values: Dict[str, Any] = {}
     for field in dataclasses.fields(LoadConfig):
         if field.name in _NOT_OPTIONS:

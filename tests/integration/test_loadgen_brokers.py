@@ -18,6 +18,7 @@ import uuid
 
 import pytest
 from brokerenv import rabbitmqctl
+from test_loadgen_failover import assert_outages_add_up
 
 from stompfast import loadgen
 from stompfast.errors import ConfigurationError
@@ -106,6 +107,16 @@ async def test_a_nack_share_counts_once_where_nack_requeues_and_is_refused_where
     else:
         with pytest.raises(ConfigurationError, match="requeues a NACKed message"):
             await run_load(nacking)
+
+
+@pytest.mark.anyio
+async def test_a_failover_run_counts_each_outage_exactly(broker_url: str) -> None:
+    # The links reset twice through the fault proxy; the clients reconnect. What the outages
+    # count must be the run's own exact counts, whatever each broker lost or redelivered.
+    result = await run_load(config(broker_url, rate=1000, duration=2.5, count=None, link_cuts=(0.8, 1.6),
+                                   ack="client-individual", drain_timeout=2.0))
+    assert_outages_add_up(result, 2)
+    assert result.counts["received"] >= 2000
 
 
 def test_process_mode(broker_url: str) -> None:

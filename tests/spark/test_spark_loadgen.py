@@ -65,3 +65,11 @@ def test_loadgen_options_take_the_bench_forms_of_shapes_sizes_and_consumers() ->
     assert values["rate_shape"] == (Stage(500, 500, 1), Stage(0, 1000, 1)) and "rate" not in values
     assert values["sizes"] == ((10, 20, 1.0),) and values["nack_share"] == 0.1
     assert values["processing_time"] == (0.001, 0.002) and values["consumer_pauses"] == ((1.0, 0.5), (2.0, 1.0))
+
+
+def test_loadgen_refuses_a_failover_run_over_spark_tasks() -> None:
+    from stompfast.errors import ConfigurationError
+    from stompfast.spark._loadgen import StompLoadgenReader
+
+    with pytest.raises(ConfigurationError, match="runs in one stompfast bench"):
+        StompLoadgenReader({"url": "stomp://127.0.0.1:61613/", "rate": "100", "linkCuts": "1s"})

@@ -1,0 +1,82 @@
+"""``stompfast bench --cut-links``: a constant-rate load through link cuts, each outage counted per message.
+
+The attribution (:func:`stompfast.loadgen.failover.outage_rows`) is pure and tested on
+made-up delivery logs; a run on the in-process broker through the fault proxy checks
+that the outages add up to the run's own exact counts (every lost message is one
+missing, every extra delivery one duplicate) and that the clients came back; the
+installed command checks the flag. The same run on RabbitMQ, ActiveMQ Classic and
+Artemis: tests/integration/test_loadgen_brokers.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_loadgen import bench
+
+from stompfast.errors import ConfigurationError
+from stompfast.loadgen import LoadConfig, LoadResult, run_load
+from stompfast.loadgen.failover import outage_rows
+
+pytestmark = pytest.mark.timeout(120)
+
+S = 1_000_000_000
+
+
+def test_each_outage_is_counted_message_by_message():
+    # one producer at 100 msgs/s from t0 = 0; the link is cut at 1 s
+    t0 = 0
+    log = [(0, seq, seq * S // 100 + 2_000_000, 2000) for seq in range(95)]
+    # 95..97 never arrive; 98 and 99 come after the outage, 300 ms late, 99 before 98
+    log += [(0, 99, 1_300_000_000, 310_000), (0, 98, 1_301_000_000, 321_000)]
+    # the rest once the link is back, 3 ms each
+    log += [(0, seq, 1_302_000_000 + (seq - 100) * S // 100, 3000) for seq in range(100, 200)]
+    # 150 delivered twice (a redelivery after the cut)
+    log.append((0, 150, 1_600_000_000, 100_000))
+    before, cut = outage_rows([1.0], [(100.0, 0.0)], [200], [log], t0)
+    assert before == {"cut": None, "lost": 0, "duplicated": 0, "reordered": 0, "delayed": 0,
+                      "latency_max_us": 2000, "gap_s": 0.01, "delayed_after_us": 2000}
+    assert (cut["cut"], cut["lost"], cut["duplicated"], cut["reordered"]) == (1.0, 3, 1, 1)
+    # 98 and 99, late; 100 onwards at 3 ms, above the baseline's 2 ms
+    assert cut["delayed"] == 2 + 100 and cut["latency_max_us"] == 321_000
+    # from the cut to 99's arrival
+    assert cut["gap_s"] == 0.3
+
+
+def test_a_failover_run_that_cannot_be_counted_exactly_is_refused():
+    for options, said in (({}, "constant --rate"), ({"rate": 10, "receipts": True}, "without receipts"),
+                          ({"rate": 10, "destinations": ("/topic/a",)}, "one queue"),
+                          ({"rate": 10, "consumers": 0}, "needs consumers"),
+                          ({"rate": 10, "duration": 2.0, "link_cuts": (2.0,)}, "before the end")):
+        with pytest.raises(ConfigurationError, match=said):
+            LoadConfig(**{"link_cuts": (1.0,), **options}).validate()
+
+
+def assert_outages_add_up(result: LoadResult, cuts: int) -> None:
+    """The outages' counts are the run's own: each lost message a missing one, each extra delivery a duplicate."""
+    rows = result.outages
+    assert len(rows) == cuts + 1 and rows[0]["cut"] is None
+    assert sum(row["lost"] for row in rows) == result.counts["missing"]
+    assert sum(row["duplicated"] for row in rows) == result.counts["duplicates"]
+    assert all(row["cut"] is not None and row["gap_s"] > 0 for row in rows[1:])
+    # the clients came back after each cut, and delivered again
+    assert result.client_stats["reconnects"] >= 2 * cuts
+    assert result.counts["received"] > 0 and not result.errors
+
+
+@pytest.mark.anyio
+async def test_a_failover_run_counts_its_outages_exactly():
+    result = await run_load(LoadConfig(rate=1000, duration=2.0, link_cuts=(0.7, 1.4), ack="client-individual",
+                                       drain_timeout=1.0))
+    assert_outages_add_up(result, 2)
+    assert result.to_dict()["outages"] == result.outages
+
+
+def test_bench_cut_links():
+    run = bench("--rate", "500", "--duration", "1.5", "--cut-links", "0.5s", "--drain-timeout", "1", "-q", "--json")
+    assert run.returncode in (0, 1), run.stderr
+    document = json.loads(run.stdout)
+    assert document["config"]["link_cuts"] == [0.5] and len(document["outages"]) == 2
+    refused = bench("--cut-links", "1s", "-q")
+    assert refused.returncode == 2 and b"constant --rate" in refused.stderr
