@@ -302,3 +302,30 @@ def test_bench_takes_a_size_distribution_and_several_body_files(tmp_path):
     assert json.loads(files.stdout)["config"]["bodies_bytes"] == [2, 8]
     bad = bench("--size", "10..x", "-q")
     assert bad.returncode == 2 and b"not a size" in bad.stderr
+
+
+# -- many clients, spread starts --------------------------------------------------------------------
+
+
+def test_a_start_spread_gives_each_producer_a_repeatable_delay():
+    from stompfast.loadgen.plan import plan_workers
+
+    def delays(config: LoadConfig, run_id: str) -> List[float]:
+        return [ps.start_delay for spec in plan_workers(config, "stomp://x/", ["/queue/a"], run_id)
+                for ps in spec.producers]
+
+    config = LoadConfig(producers=50, start_spread=2.0, rate=500)
+    first, again, other = delays(config, "run1"), delays(config, "run1"), delays(config, "run2")
+    assert first == again != other and all(0 <= d < 2.0 for d in first) and max(first) > 1.0
+    assert set(delays(LoadConfig(producers=3), "r")) == {0.0}
+    with pytest.raises(ConfigurationError, match="start_spread"):
+        LoadConfig(start_spread=-1).validate()
+
+
+@pytest.mark.anyio
+async def test_many_producers_with_spread_starts_count_exactly():
+    result = await run_load(LoadConfig(producers=200, rate=400, duration=1.5, start_spread=0.5, heart_beat=(0, 0)))
+    # each producer sends from its start to the end: fewer than 1.5 s of its share
+    sent = result.counts["sent"]
+    assert 400 * 1.0 <= sent < 400 * 1.5
+    assert_exact(result, sent)

@@ -199,6 +199,9 @@ def add_bench_command(subparsers: Any) -> None:
     shape = p.add_argument_group("load")
     shape.add_argument("-p", "--producers", metavar="N", type=positive_int, default=1,
                        help="producer connections (default 1)")
+    shape.add_argument("--start-spread", metavar="SECONDS", type=_duration, default=0.0,
+                       help="each producer starts a random delay up to SECONDS after the run's start (many clients"
+                       " at low rates, as IoT fleets connect; default 0: all at once)")
     shape.add_argument("-c", "--consumers", metavar="M", type=_non_negative_int, default=1,
                        help="consumer connections, each subscribed to every destination (default 1; 0: publish only)")
     shape.add_argument("--processes", metavar="P", type=positive_int, default=1,
@@ -612,6 +615,7 @@ def _load_config(args: argparse.Namespace, conn: Connection, url: Optional[str])
         heart_beat=conn.heart_beat,
         connect_timeout=conn.connect_timeout,
         producers=args.producers,
+        start_spread=args.start_spread,
         consumers=args.consumers,
         processes=args.processes,
         destinations=tuple(args.destinations),

@@ -87,7 +87,8 @@ class LoadConfig:
     ``connect_timeout`` as for :class:`~stompfast.AsyncClient` (keywords win over the URL).
 
     Shape: ``producers`` and ``consumers`` connections, spread over ``processes``
-    worker processes (1: all in the caller's event loop). ``destinations`` are used
+    worker processes (1: all in the caller's event loop); each producer starts a random
+    delay in ``[0, start_spread)`` seconds after the others' start (0: all at once). ``destinations`` are used
     round-robin by each producer; every consumer subscribes to each of them
     (``/topic/`` and ``/exchange/`` ones deliver a copy to every consumer). Default:
     one fresh queue ``/queue/stompfast-bench-<random>``.
@@ -144,6 +145,7 @@ class LoadConfig:
     heart_beat: Tuple[int, int] = (10000, 10000)
     connect_timeout: float = 10.0
     producers: int = 1
+    start_spread: float = 0.0
     consumers: int = 1
     processes: int = 1
     destinations: Tuple[str, ...] = ()
@@ -201,6 +203,7 @@ class LoadConfig:
             if value is not None:
                 positive_number(name, value)
         positive_number("warmup", self.warmup, allow_zero=True)
+        positive_number("start_spread", self.start_spread, allow_zero=True)
         if self.ack not in ACK_MODES:
             raise ConfigurationError(f"ack must be one of {', '.join(ACK_MODES)}, not {self.ack!r}")
         self._validate_consumers()

@@ -335,7 +335,8 @@ def _outages(views: List[WorkerView], finals: List[Dict[str, Any]], state: Dict[
     producers = sorted((ps for view in views for ps in view.spec.producers), key=lambda ps: ps.index)
     sent_by = _sent_by_producer(finals)
     return outage_rows(
-        state["cuts"], [(ps.rate or 0.0, ps.phase) for ps in producers],
+        # a producer that started late is behind by its delay: its phase says so
+        state["cuts"], [(ps.rate or 0.0, ps.phase + ps.start_delay * (ps.rate or 0.0)) for ps in producers],
         [sum(sent_by.get(ps.key, [0])) for ps in producers],
         [log for f in finals for log in f.get("deliveries", [])], state["t0"],
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 from typing import List, Optional
 
 from .config import LoadConfig, is_fanout
@@ -24,6 +25,8 @@ class ProducerSpec:
     warmup_messages: int
     # Under a rate shape: this producer's share of it
     schedule: Optional[RateSchedule] = None
+    # Seconds after t0 this producer starts (``start_spread``): its schedule starts then
+    start_delay: float = 0.0
 
 
 @dataclasses.dataclass
@@ -51,6 +54,9 @@ def plan_workers(config: LoadConfig, url: str, destinations: List[str], run_id: 
     warm = split_evenly(config.warmup_messages, n)
     body = bytes(config.body) if config.body is not None else b"x" * config.size
     target = config.target_rate
+    # Each producer's start delay: drawn from a generator seeded with the run id (a run is repeatable from it)
+    spread = random.Random(run_id)
+    delays = [spread.uniform(0.0, config.start_spread) if config.start_spread else 0.0 for _ in range(n)]
     producers = [
         ProducerSpec(
             index=p,
@@ -61,6 +67,7 @@ def plan_workers(config: LoadConfig, url: str, destinations: List[str], run_id: 
             first_destination=p % len(destinations),
             warmup_messages=warm[p],
             schedule=RateSchedule(config.rate_shape, 1 / n) if config.rate_shape else None,
+            start_delay=delays[p],
         )
         for p in range(n)
     ]

@@ -64,6 +64,10 @@ async def send_all(
     key = spec.key
     quota = spec.quota if spec.quota is not None else sys.maxsize
     end, warm_until = _deadlines(config, t0)
+    if spec.start_delay:
+        # A spread start: this producer's schedule (or its first send) begins its delay after t0
+        t0 += int(spec.start_delay * 1e9)
+        await anyio.sleep(max(0.0, (t0 - time.time_ns()) / 1e9))
     warm_count = spec.warmup_messages
     # the messages sent to each destination so far, which is also the next sf-seq of each
     by_dest = ps.by_dest
