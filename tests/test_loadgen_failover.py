@@ -80,3 +80,20 @@ def test_bench_cut_links():
     assert document["config"]["link_cuts"] == [0.5] and len(document["outages"]) == 2
     refused = bench("--cut-links", "1s", "-q")
     assert refused.returncode == 2 and b"constant --rate" in refused.stderr
+
+
+def test_the_new_options_work_across_worker_processes():
+    # Two spawned workers: a shape, a size mix, a consumer pause and a link cut, merged exactly
+    from stompfast import loadgen
+    from stompfast.loadgen import Stage
+
+    result = loadgen.run(LoadConfig(
+        rate_shape=(Stage(400, 400, 1.0), Stage(400, 800, 1.0)), producers=2, consumers=2, processes=2,
+        sizes=((10, 50, 1.0),), consumer_pauses=((0.5, 0.3),), drain_timeout=1.0,
+    ))
+    assert result.ok, result.problems
+    assert result.counts["sent"] == result.counts["received"] == 400 + 600
+    assert [row["stage"] for row in result.stages] == ["400:1s", "400..800:1s"] and len(result.backlog) == 1
+    cut = loadgen.run(LoadConfig(rate=500, duration=1.5, link_cuts=(0.7,), producers=2, consumers=2, processes=2,
+                                 ack="client-individual", drain_timeout=1.0))
+    assert_outages_add_up(cut, 1)

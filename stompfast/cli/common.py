@@ -349,7 +349,8 @@ connection (every client command; flags win over environment variables):
 """
 
 
-def add_connection_options(parser: argparse.ArgumentParser) -> None:
+def add_connection_options(parser: Any) -> None:
+    """The connection options, on ``parser``: an ArgumentParser or anything with its ``add_argument_group``."""
     group = parser.add_argument_group("connection options")
     group.add_argument(
         "--url", metavar="URL",
@@ -389,7 +390,8 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_common_options(parser: argparse.ArgumentParser) -> None:
+def add_common_options(parser: Any) -> None:
+    """``-q`` and ``--debug``, on ``parser``: an ArgumentParser or anything with its ``add_argument``."""
     parser.add_argument("-q", "--quiet", action="store_true", help="no status lines on stderr (errors still)")
     parser.add_argument(
         "--debug", action="store_true", help="show tracebacks of errors and the client's log (stompfast.*) on stderr"

@@ -54,7 +54,7 @@ from .plot import PLOT_HINT, write_plot
 from .prometheus import MetricsEndpoint, parse_listen
 from .search import Attempt, RateSearch, SearchResult, check_search, describe_attempt, held, step_config
 from .shape import Stage, describe_shape, parse_duration, parse_rate
-from .workload import WorkloadAction
+from .workload import NotingParser, WorkloadAction
 
 BENCH_EPILOG = f"""\
 Without --url (and without ${ENV_URL}) the in-process test broker is started on a free
@@ -185,7 +185,7 @@ def _default_loop() -> str:
 
 def add_bench_command(subparsers: Any) -> None:
     """Add ``stompfast bench`` (listed in :data:`stompfast.cli.COMMANDS`)."""
-    p = subparsers.add_parser(
+    parser = subparsers.add_parser(
         "bench",
         help="generate load; measure throughput, latency and delivery",
         description="Run producers and consumers against a broker (default: an in-process one) and report"
@@ -193,7 +193,10 @@ def add_bench_command(subparsers: Any) -> None:
         epilog=BENCH_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--workload", metavar="FILE.toml", action=WorkloadAction,
+    # Every option is noted as it is added: they are the keys a workload file may use
+    noted: List[argparse.Action] = []
+    p = NotingParser(parser, noted)
+    p.add_argument("--workload", metavar="FILE.toml", action=WorkloadAction, options=noted,
                    help="read options from a TOML file: each key an option of this command (rate, destinations,"
                    " slo, ...; docs/loadgen.md); options after it override the file's")
     shape = p.add_argument_group("load")

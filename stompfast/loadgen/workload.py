@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 from ..errors import ConfigurationError
 
@@ -41,10 +41,13 @@ def read_toml(path: str) -> Dict[str, Any]:
         raise ConfigurationError(f"the workload file {path} is not valid TOML: {exc}") from None
 
 
-def workload_args(document: Dict[str, Any], parser: argparse.ArgumentParser, path: str) -> List[str]:
-    """The command-line options ``document`` (a parsed workload file) stands for, in its order."""
+def workload_args(document: Dict[str, Any], options: Sequence[argparse.Action], path: str) -> List[str]:
+    """The command-line options ``document`` (a parsed workload file) stands for, in its order.
+
+    ``options`` are the command's options as they were added (:class:`NotingParser`).
+    """
     by_key: Dict[str, argparse.Action] = {}
-    for action in parser._actions:
+    for action in options:
         longs = [o for o in action.option_strings if o.startswith("--")]
         if not longs or action.dest in _NOT_KEYS:
             continue
@@ -74,7 +77,8 @@ def _option_args(action: argparse.Action, key: str, value: Any, path: str) -> Li
             raise ConfigurationError(f"{path}: {key} takes a value, not a table")
         return [part for name, text in value.items() for part in (flag, f"{name}:{_text(text, key, path)}")]
     if isinstance(value, list):
-        if not isinstance(action, argparse._AppendAction):
+        # an option given several times collects into a list: its default is one
+        if not isinstance(action.default, list):
             raise ConfigurationError(f"{path}: {key} takes one value, not a list")
         return [part for item in value for part in (flag, _text(item, key, path))]
     return [flag, _text(value, key, path)]
@@ -86,14 +90,46 @@ def _text(value: Any, key: str, path: str) -> str:
     return str(value)
 
 
+class NotingParser:
+    """A parser or argument group that notes each option added through it: argparse lists them only privately.
+
+    ``add_argument_group`` gives a noting group too; anything else is the wrapped object's.
+    """
+
+    def __init__(self, target: Any, noted: List[argparse.Action]) -> None:
+        self.target = target
+        self.noted = noted
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action: argparse.Action = self.target.add_argument(*args, **kwargs)
+        self.noted.append(action)
+        return action
+
+    def add_argument_group(self, *args: Any, **kwargs: Any) -> "NotingParser":
+        return NotingParser(self.target.add_argument_group(*args, **kwargs), self.noted)
+
+    def add_mutually_exclusive_group(self, *args: Any, **kwargs: Any) -> "NotingParser":
+        return NotingParser(self.target.add_mutually_exclusive_group(*args, **kwargs), self.noted)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.target, name)
+
+
 class WorkloadAction(argparse.Action):
-    """``--workload FILE``: the file's options parsed into the namespace where the flag stands."""
+    """``--workload FILE``: the file's options parsed into the namespace where the flag stands.
+
+    ``options``: the command's options (a :class:`NotingParser`'s ``noted``), whose keys the file may use.
+    """
+
+    def __init__(self, option_strings: Any, dest: str, options: Sequence[argparse.Action] = (), **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.options = options
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: Any = None) -> None:
         path = str(values)
         try:
-            args = workload_args(read_toml(path), parser, path)
+            args = workload_args(read_toml(path), self.options, path)
         except ConfigurationError as exc:
             parser.error(str(exc))
         setattr(namespace, self.dest, path)

@@ -19,7 +19,7 @@ import json
 import socket
 import time
 import uuid
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
@@ -44,6 +44,27 @@ _NOT_OPTIONS = {"body", "headers", "processes", "destinations", "slo", "bodies",
 #: Options a Spark task cannot honour: refused rather than ignored (a failover run cuts the links of one
 #: process's proxy; the tasks run in processes of their own)
 _REFUSED_OPTIONS = {"link_cuts": "a failover run (--cut-links) runs in one stompfast bench, not over Spark tasks"}
+
+
+def _shape_text(shape: Any) -> str:
+    from ..loadgen.shape import describe_shape
+
+    return describe_shape(shape)
+
+
+def _sizes_text(sizes: Any) -> str:
+    from ..loadgen.bodies import describe_sizes
+
+    return describe_sizes(sizes)
+
+
+#: LoadConfig fields that travel as an option in ``stompfast bench``'s text form: field -> (option, its text)
+_BENCH_FORMS: Dict[str, Tuple[str, Callable[[Any], str]]] = {
+    "rate_shape": ("rate", _shape_text),
+    "sizes": ("size", _sizes_text),
+    "processing_time": ("processing_time", lambda low_high: f"{low_high[0]!r}..{low_high[1]!r}"),
+    "consumer_pauses": ("consumer_pauses", lambda pauses: ",".join(f"{at!r}:{length!r}" for at, length in pauses)),
+}
 
 
 def _config_from_options(options: Dict[str, str]) -> Dict[str, Any]:
@@ -87,7 +108,8 @@ def _config_from_options(options: Dict[str, str]) -> Dict[str, Any]:
                 values[field.name] = parse_processing_time(text)
             elif field.name == "consumer_pauses":
                 values[field.name] = tuple(parse_pause(part) for part in text.split(",") if part.strip())
-            elif field.name in ("duration", "warmup", "interval", "drain_timeout", "connect_timeout", "nack_share"):
+            elif field.name in ("duration", "warmup", "interval", "drain_timeout", "connect_timeout", "nack_share",
+                                "start_spread"):
                 values[field.name] = float(text)
             elif field.name == "receipts":
                 values[field.name] = text.strip().lower() in ("true", "1", "yes", "on")
@@ -266,8 +288,14 @@ def run_cluster_load(
         for field in dataclasses.fields(config):
             value = getattr(config, field.name)
             if field.name in _NOT_OPTIONS:
-                if field.name in ("body", "headers") and value:
+                if field.name in ("body", "headers", "bodies", "link_cuts") and value:
                     raise ConfigurationError(f"run_cluster_load cannot pass LoadConfig.{field.name}")
+                continue
+            if field.name in _BENCH_FORMS:
+                # written as stompfast bench takes it, which is how the options are read
+                name, text = _BENCH_FORMS[field.name]
+                if any(value):
+                    opts[name] = text(value)
                 continue
             if value is None:
                 continue

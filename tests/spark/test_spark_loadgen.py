@@ -73,3 +73,26 @@ def test_loadgen_refuses_a_failover_run_over_spark_tasks() -> None:
 
     with pytest.raises(ConfigurationError, match="runs in one stompfast bench"):
         StompLoadgenReader({"url": "stomp://127.0.0.1:61613/", "rate": "100", "linkCuts": "1s"})
+
+
+def test_a_load_config_travels_as_options_in_the_bench_forms() -> None:
+    # run_cluster_load writes each LoadConfig field as an option; the reader must get the same config back
+    import dataclasses
+
+    from stompfast.loadgen import LoadConfig, Stage
+    from stompfast.spark._loadgen import _BENCH_FORMS, StompLoadgenReader
+
+    config = LoadConfig(url="stomp://127.0.0.1:61613/", rate_shape=(Stage(100, 300, 2.5),),
+                        sizes=((10, 20, 3.0), (99, 99, 1.0)), processing_time=(0.001, 0.002),
+                        consumer_pauses=((1.0, 0.5),), start_spread=0.25, ack="client-individual", nack_share=0.1)
+    opts = {"workers": "1"}
+    for field in dataclasses.fields(config):
+        if field.name in _BENCH_FORMS:
+            name, text = _BENCH_FORMS[field.name]
+            opts[name] = text(getattr(config, field.name))
+    opts.update(url=config.url, start_spread="0.25", ack="client-individual", nack_share="0.1")
+    values = StompLoadgenReader(opts)._values_for(0)
+    for name in ("rate_shape", "sizes", "processing_time", "consumer_pauses", "start_spread", "nack_share"):
+        assert values[name] == getattr(config, name), name
+    # the default values are not sent at all
+    assert not any(any(getattr(LoadConfig(), name)) for name in _BENCH_FORMS)
