@@ -329,3 +329,15 @@ async def test_many_producers_with_spread_starts_count_exactly():
     sent = result.counts["sent"]
     assert 400 * 1.0 <= sent < 400 * 1.5
     assert_exact(result, sent)
+
+
+@pytest.mark.anyio
+async def test_a_rate_stopped_early_neither_held_nor_failed():
+    from stompfast.loadgen.search import Attempt, SearchResult, describe_attempt
+
+    held_run = await run_load(LoadConfig(rate=200, duration=0.3))
+    stopped_run = await run_load(LoadConfig(rate=400, duration=0.3))
+    stopped_run.interrupted = "interrupted (Ctrl-C)"
+    report = SearchResult(DEFAULT_CRITERION, 0.3, [Attempt(200, True, held_run), Attempt(400, False, stopped_run)])
+    assert report.best == 200 and report.first_failed is None
+    assert "STOPPED" in describe_attempt(report.attempts[1]) and "missed" not in describe_attempt(report.attempts[1])

@@ -541,7 +541,8 @@ def _run_search(
     except ConfigurationError as exc:
         raise UsageError(str(exc)) from None
     search = RateSearch(config.rate or 1000.0, args.search_steps)
-    report = SearchResult(step_config(config, 1.0).slo, step_config(config, 1.0).duration or 0.0, [])
+    first = step_config(config, search.start)
+    report = SearchResult(first.slo, first.duration or 0.0, [])
     status.info(
         f"stompfast bench --find-max-rate: runs of {report.step_seconds:g} s from {search.start:,.0f} msgs/s against"
         f" {target}; a rate holds when the run is clean and meets {', '.join(report.criterion)}", "dim",
@@ -570,7 +571,10 @@ def _run_search(
               f" clean and meets {', '.join(report.criterion)}", flush=True)
         for attempt in report.attempts:
             print("  " + mask(describe_attempt(attempt), secrets), flush=True)
-        if best is not None:
+        if stopped is not None:
+            print(f"search stopped ({stopped.name}): highest rate that held so far:"
+                  f" {f'{best:,.0f} msgs/s' if best is not None else 'none'}", flush=True)
+        elif best is not None:
             print(f"maximum sustainable rate: {best:,.0f} msgs/s"
                   + (f" (the next tried, {failed:,.0f} msgs/s, failed)" if failed else " (none tried failed)"),
                   flush=True)

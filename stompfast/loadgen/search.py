@@ -124,7 +124,8 @@ class SearchResult:
     def first_failed(self) -> Optional[float]:
         """The lowest rate above ``best`` that failed (None: none failed)."""
         best = self.best or 0.0
-        failed = [a.rate for a in self.attempts if not a.held and a.rate > best]
+        # a run stopped early neither held nor failed
+        failed = [a.rate for a in self.attempts if not a.held and a.rate > best and a.result.interrupted is None]
         return min(failed) if failed else None
 
     def to_dict(self) -> Dict[str, Any]:
@@ -195,8 +196,9 @@ def describe_attempt(attempt: Attempt) -> str:
     receive = r.rates.get("receive_msgs_per_s")
     lat = r.latency_us
     missed: Sequence[str] = [j.describe() for j in r.slo if not j.ok] + list(r.problems)
+    verdict = "held  " if attempt.held else "STOPPED" if r.interrupted is not None else "FAILED"
     return (
-        f"{attempt.rate:>12,.0f} msgs/s  {'held  ' if attempt.held else 'FAILED'}"
+        f"{attempt.rate:>12,.0f} msgs/s  {verdict}"
         f"  received {receive or 0:,.0f}/s" + (f"  p99 {lat['p99'] / 1000:,.2f} ms" if lat else "")
-        + (f"  ({'; '.join(missed)})" if missed and not attempt.held else "")
+        + (f"  ({'; '.join(missed)})" if missed and not attempt.held and r.interrupted is None else "")
     )
