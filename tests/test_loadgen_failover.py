@@ -11,6 +11,7 @@ Artemis: tests/integration/test_loadgen_brokers.py.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from test_loadgen import bench
@@ -73,11 +74,47 @@ async def test_a_failover_run_counts_its_outages_exactly():
     assert result.to_dict()["outages"] == result.outages
 
 
+@pytest.mark.anyio
+async def test_a_cut_command_runs_at_each_cut_and_the_run_waits_for_it():
+    # No proxy: the command is the outage. It outlasts the drain timeout, and the run still waits
+    started = time.monotonic()
+    result = await run_load(LoadConfig(rate=200, duration=1.2, link_cuts=(0.4,), cut_command="sleep 1.5; echo done",
+                                       drain_timeout=0.3))
+    assert result.ok, result.problems
+    (before, cut) = result.outages
+    assert "command" not in before
+    run = cut["command"]
+    assert run["returncode"] == 0 and run["seconds"] >= 1.5 and run["output"] == "done\n"
+    assert run["at"] == cut["cut"] and time.monotonic() - started >= 0.4 + 1.5
+    # nothing was cut: the clients never reconnected
+    assert result.client_stats["reconnects"] == 0
+
+
+@pytest.mark.anyio
+async def test_a_cut_command_that_fails_is_an_error_of_the_run():
+    failing = "echo no broker >&2; exit 3"
+    result = await run_load(LoadConfig(rate=200, duration=0.6, link_cuts=(0.2,), cut_command=failing,
+                                       drain_timeout=0.3))
+    assert not result.ok and result.outages[1]["command"]["returncode"] == 3
+    assert any("exited 3" in p and "no broker" in p for p in result.problems)
+    assert any("exited 3" in e for e in result.errors)
+
+
+def test_a_cut_command_needs_cuts():
+    with pytest.raises(ConfigurationError, match="give --cut-links"):
+        LoadConfig(rate=10, cut_command="true").validate()
+    with pytest.raises(ConfigurationError, match="shell command"):
+        LoadConfig(rate=10, link_cuts=(1.0,), cut_command=" ").validate()
+
+
 def test_bench_cut_links():
     run = bench("--rate", "500", "--duration", "1.5", "--cut-links", "0.5s", "--drain-timeout", "1", "-q", "--json")
     assert run.returncode in (0, 1), run.stderr
     document = json.loads(run.stdout)
     assert document["config"]["link_cuts"] == [0.5] and len(document["outages"]) == 2
+    run = bench("--rate", "200", "--duration", "1", "--cut-links", "0.4s", "--cut-command", "true", "-q", "--json")
+    document = json.loads(run.stdout)
+    assert document["config"]["cut_command"] == "true" and document["outages"][1]["command"]["returncode"] == 0
     refused = bench("--cut-links", "1s", "-q")
     assert refused.returncode == 2 and b"constant --rate" in refused.stderr
 

@@ -262,6 +262,10 @@ def add_bench_command(subparsers: Any) -> None:
                       help="with --rate: reset every connection at these times (5s,15s) through a fault proxy; the"
                       " clients reconnect, and each outage is counted per message: lost, duplicated, reordered,"
                       " delayed, the gap and the latency spike")
+    fail.add_argument("--cut-command", metavar="CMD", default=None,
+                      help="with --cut-links: run this shell command at each cut instead of resetting the links (a"
+                      " broker restart: 'scripts/brokers.sh restart rabbitmq'); the run waits for it, and one that"
+                      " fails is an error")
     gates = p.add_argument_group("objectives")
     gates.add_argument("--slo", metavar="OBJECTIVES", action="append", default=[],
                        help="service-level objectives judged on the result, comma-separated or repeated:"
@@ -339,7 +343,8 @@ def _describe(config: LoadConfig, destinations: Sequence[str]) -> str:
     for at, length in config.consumer_pauses:
         extras.append(f"consumers paused {length:g} s at {at:g} s")
     if config.link_cuts:
-        extras.append("links cut at " + ", ".join(f"{at:g} s" for at in config.link_cuts))
+        cuts = ", ".join(f"{at:g} s" for at in config.link_cuts)
+        extras.append(f"`{config.cut_command}` run at {cuts}" if config.cut_command else f"links cut at {cuts}")
     where = ", ".join(destinations) if destinations else "a fresh queue"
     return (
         f"{plural(config.producers, 'producer')}, {plural(config.consumers, 'consumer')},"
@@ -409,6 +414,10 @@ def _table_rows(result: LoadResult) -> List[Tuple[str, str]]:
 def _outage_text(row: Dict[str, Any]) -> str:
     """One outage of a failover run (or, with ``cut`` None, the time before the first)."""
     when = "before the first cut" if row["cut"] is None else f"cut at {row['cut']:.2f} s"
+    run = row.get("command")
+    if run is not None:
+        status = "ok" if run["returncode"] == 0 else f"exit {run['returncode']}"
+        when += f" (command {status} in {run['seconds']:.1f} s)"
     return (
         f"{when}: lost {_fmt(row['lost'])}, duplicated {_fmt(row['duplicated'])}, reordered"
         f" {_fmt(row['reordered'])}, delayed {_fmt(row['delayed'])} (> {_ms(row['delayed_after_us'])}),"
@@ -643,6 +652,7 @@ def _load_config(args: argparse.Namespace, conn: Connection, url: Optional[str])
         processing_time=args.processing_time,
         nack_share=args.nack_share,
         link_cuts=args.cut_links,
+        cut_command=args.cut_command,
         consumer_pauses=tuple(([(0.0, args.consumer_delay)] if args.consumer_delay else []) + args.consumer_pause),
         warmup=warmup,
         warmup_messages=warmup_messages,

@@ -117,7 +117,8 @@ class LoadConfig:
 
     Failover: ``link_cuts``, seconds from the start at which every connection is reset
     (through a fault proxy; the clients reconnect), each outage counted per message in
-    ``LoadResult.outages`` (:mod:`stompfast.loadgen.failover`).
+    ``LoadResult.outages`` (:mod:`stompfast.loadgen.failover`); with ``cut_command``
+    there is no proxy and that shell command runs at each cut instead (a broker restart).
 
     Measurement: ``warmup`` seconds and/or ``warmup_messages`` (total) are sent and
     counted but kept out of latency and rates; ``interval`` is the timeline's
@@ -174,6 +175,7 @@ class LoadConfig:
     trace_exporter: Optional[str] = None
     slo: Tuple[str, ...] = ()
     link_cuts: Tuple[float, ...] = ()
+    cut_command: Optional[str] = None
 
     def validate(self) -> None:
         """Raise :class:`~stompfast.ConfigurationError` (a ValueError) for a value that cannot work."""

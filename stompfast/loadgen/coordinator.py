@@ -15,6 +15,7 @@ import anyio
 from .behaviour import last_resume
 from .clientstats import merge_records
 from .config import LoadConfig, LoadInterrupted, LoadResult, Progress, is_fanout, is_rabbitmq, run_queue_headers
+from .failover import CutCommand
 from .histogram import percentiles
 from .links import LocalLink, ProcessLink, WorkerView, current_backend, process_main
 from .merge import merge_results
@@ -64,7 +65,7 @@ async def _coordinate(
     config: LoadConfig, url: str, destinations: List[str], in_process: bool,
     progress: Optional[Callable[[Progress], Any]], stop: Optional[anyio.Event] = None,
 ) -> LoadResult:
-    if config.link_cuts:
+    if config.link_cuts and config.cut_command is None:
         # A failover run: every client goes through a fault proxy, which resets their links at the cuts
         from urllib.parse import urlsplit
 
@@ -222,11 +223,18 @@ async def _drive(
     by ``stop``, or ``drained`` True when every message arrived, False when the drain gave up).
     """
     timeline = Timeline()
-    state: Dict[str, Any] = {"timeline": timeline, "proxy": proxy, "cuts": []}
+    command = CutCommand(config.cut_command) if config.cut_command is not None else None
+    state: Dict[str, Any] = {"timeline": timeline, "proxy": proxy, "cuts": [], "cut_command": command}
     await _until_ready(config, views, timeline, progress, stop)
     state["t0"] = _go(views)
-    await _run_until_done(config, views, destinations, timeline, state, progress, stop)
-    await _until_final(views, timeline)
+    try:
+        await _run_until_done(config, views, destinations, timeline, state, progress, stop)
+        await _until_final(views, timeline)
+    finally:
+        if command is not None:
+            # A broker restart stopped half way would leave the broker down: it ends first
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(command.wait)
     return state
 
 
@@ -288,12 +296,22 @@ async def _run_until_done(
             _stop_workers(views, state)
             state["interrupted"] = True
             return
+        command = state["cut_command"]
         while cuts and time.time_ns() >= cuts[0]:
             cuts.pop(0)
-            state["proxy"].reset_all()
             # when it was made: the outages are counted from there
-            state["cuts"].append((time.time_ns() - state["t0"]) / 1e9)
+            at = (time.time_ns() - state["t0"]) / 1e9
+            if command is not None:
+                command.start(at)
+            else:
+                state["proxy"].reset_all()
+            state["cuts"].append(at)
         mono = time.monotonic()
+        if command is not None:
+            command.poll()
+            if command.running:
+                # the broker is still restarting: no arrival is no sign of the end yet
+                drain.quiet_until = max(drain.quiet_until, mono)
         snaps = [v.progress for v in views]
         done = all(s.get("producers_done", False) for s in snaps if s) and all(snaps)
         expected = _expected(snaps, copies) if done else None

@@ -18,6 +18,12 @@ each cut's window (from it to the next cut), exactly:
 - ``gap_s``: the longest silence between two deliveries in the window (any consumer),
   counted from the cut: the outage as the consumers saw it.
 
+``cut_command`` (``--cut-command``) makes the outage something else than a reset
+link: no proxy, and at each cut the command runs (a broker restart: ``scripts/brokers.sh
+restart rabbitmq``, ``systemctl restart ...``) while the load goes on; the run waits for it
+to end, its exit status and duration are in each cut's row (``command``), and one that
+fails is an error of the run. :class:`CutCommand` runs it.
+
 Open loop only (a constant ``rate``), one queue, no receipts or transactions: the
 intended time of message ``i`` of a producer is then ``t0 + (i + phase) / rate``, which
 is what makes the attribution exact. The log costs memory: about 100 bytes per message.
@@ -26,7 +32,10 @@ is what makes the attribution exact. The log costs memory: about 100 bytes per m
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+import subprocess
+import tempfile
+import time
+from typing import IO, Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import ConfigurationError
 from .histogram import new_histogram
@@ -38,6 +47,11 @@ Delivery = Tuple[int, int, int, int]
 def check_failover(config: Any) -> None:
     """Raise ConfigurationError for a failover run (``link_cuts``) this module cannot account exactly."""
     cuts = config.link_cuts
+    command = config.cut_command
+    if command is not None and (not isinstance(command, str) or not command.strip()):
+        raise ConfigurationError(f"cut_command is a shell command, not {command!r}")
+    if command is not None and not cuts:
+        raise ConfigurationError("a cut command (--cut-command) runs at the link cuts: give --cut-links too")
     if not isinstance(cuts, tuple) or not all(isinstance(c, (int, float)) and math.isfinite(c) and c > 0
                                               for c in cuts):
         raise ConfigurationError(f"link_cuts holds seconds after the start, each above 0, not {cuts!r}")
@@ -144,3 +158,60 @@ def _gaps(rows: List[Dict[str, Any]], edges: List[float], times: List[int], t0: 
                 longest = max(longest, at - last)
             last = at
         row["gap_s"] = round(longest / 1e9, 6)
+
+
+class CutCommand:
+    """The shell command of a failover run, started at each cut beside the running load.
+
+    Its output goes to a temporary file (a pipe nobody reads would stall a chatty
+    command); :meth:`poll` notes the runs that ended, :meth:`wait` waits for the rest.
+    """
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        # (seconds after t0 it started, monotonic start, process, its output file)
+        self._running: List[Tuple[float, float, "subprocess.Popen[bytes]", IO[bytes]]] = []
+        self._ended: List[Dict[str, Any]] = []
+
+    def start(self, at: float) -> None:
+        """Start the command at ``at`` (seconds after the run's start)."""
+        output = tempfile.TemporaryFile()
+        # A session of its own: Ctrl-C in the terminal reaches the run, not a restart half done
+        process = subprocess.Popen(self.command, shell=True, stdin=subprocess.DEVNULL, stdout=output,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        self._running.append((at, time.monotonic(), process, output))
+
+    @property
+    def running(self) -> bool:
+        """Whether a run of the command has not ended yet (as of the last :meth:`poll`)."""
+        return bool(self._running)
+
+    def poll(self) -> None:
+        """Note each run that has ended."""
+        for run in list(self._running):
+            if run[2].poll() is not None:
+                self._end(run)
+
+    def wait(self) -> None:
+        """Wait for every run to end (blocking: call it from a worker thread)."""
+        for run in list(self._running):
+            run[2].wait()
+            self._end(run)
+
+    def _end(self, run: Tuple[float, float, "subprocess.Popen[bytes]", IO[bytes]]) -> None:
+        at, started, process, output = run
+        self._running.remove(run)
+        output.seek(0)
+        tail = output.read()[-2000:].decode("utf-8", "replace")
+        output.close()
+        self._ended.append({"at": at, "seconds": round(time.monotonic() - started, 3),
+                            "returncode": process.returncode, "output": tail})
+
+    def runs(self) -> List[Dict[str, Any]]:
+        """Each run that ended, in the order the cuts were made: at, seconds, returncode, output (its tail)."""
+        return sorted(self._ended, key=lambda run: run["at"])
+
+    def errors(self) -> List[str]:
+        """One line per run that failed."""
+        return [f"the cut command at {run['at']:.2f} s exited {run['returncode']} after {run['seconds']:.1f} s:"
+                f" {run['output'].strip()[-300:]}" for run in self.runs() if run["returncode"] != 0]

@@ -49,6 +49,11 @@ def merge_results(
         warnings.append(f"{counts['unexpected']} messages not sent by this run arrived"
                         " (leftovers in a reused destination?)")
     problems = _problems(config, state, counts, error_texts)
+    command = state.get("cut_command")
+    if command is not None:
+        # a cut command that failed (the broker did not restart) is an error of the run
+        error_texts.extend(command.errors())
+        problems.extend(command.errors())
     timeline: Timeline = state["timeline"]
     total = _latency(timeline)
     t0 = state["t0"]
@@ -81,6 +86,10 @@ def merge_results(
         result.backlog = backlog_rows(config.consumer_pauses, result.timeline)
     if config.link_cuts:
         result.outages = _outages(views, finals, state)
+        if command is not None:
+            # each cut's row says how its command ran (in cut order: one run per cut)
+            for row, run in zip(result.outages[1:], command.runs()):
+                row["command"] = run
     return result
 
 

@@ -40,10 +40,13 @@ LOADGEN_SCHEMA = (
 
 #: LoadConfig fields that cannot be given as options (the split ones are per cluster, see below).
 # (``slo``: judged by run_cluster_load on the merged result, not by each task)
-_NOT_OPTIONS = {"body", "headers", "processes", "destinations", "slo", "bodies", "link_cuts"}
+_NOT_OPTIONS = {"body", "headers", "processes", "destinations", "slo", "bodies", "link_cuts", "cut_command"}
 #: Options a Spark task cannot honour: refused rather than ignored (a failover run cuts the links of one
 #: process's proxy; the tasks run in processes of their own)
-_REFUSED_OPTIONS = {"link_cuts": "a failover run (--cut-links) runs in one stompfast bench, not over Spark tasks"}
+_REFUSED_OPTIONS = {
+    "link_cuts": "a failover run (--cut-links) runs in one stompfast bench, not over Spark tasks",
+    "cut_command": "a failover run (--cut-command) runs in one stompfast bench, not over Spark tasks",
+}
 
 
 def _shape_text(shape: Any) -> str:
@@ -288,7 +291,7 @@ def run_cluster_load(
         for field in dataclasses.fields(config):
             value = getattr(config, field.name)
             if field.name in _NOT_OPTIONS:
-                if field.name in ("body", "headers", "bodies", "link_cuts") and value:
+                if field.name in ("body", "headers", "bodies", "link_cuts", "cut_command") and value:
                     raise ConfigurationError(f"run_cluster_load cannot pass LoadConfig.{field.name}")
                 continue
             if field.name in _BENCH_FORMS:
