@@ -40,6 +40,13 @@ an uncommitted batch after a restart, run on an executor that cannot see the
 driver's buffer) returns nothing: those messages were never acked and come back from
 the broker as new deliveries. Offsets restart from the checkpointed ``start``.
 
+**Exactly-once** (``exactlyOnce``, :mod:`stompfast.spark._log`): each batch is written to
+a log under ``logLocation`` before its messages are acked (at once, confirmed by a
+receipt), so ``read(start)`` returns a logged batch that begins at ``start`` and
+``readBetweenOffsets`` reads a replayed batch back from the log: the same rows each
+time. Redeliveries of logged messages whose acks were not confirmed are dropped by
+``dedupKey``.
+
 **Trigger.AvailableNow** (:class:`SupportsTriggerAvailableNow`): the reader drains
 what the broker delivers; the first ``read`` that gets nothing within ``pollTimeout``
 returns its ``start`` unchanged, which ends the query (that read has acked the last
@@ -56,7 +63,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Deque, Dict, Iterator, List, Optional, Set, Tuple
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
@@ -71,10 +78,12 @@ from pyspark.sql.types import (
 )
 
 from ..errors import ConfigurationError, ReceiveTimeout
+from ._log import BatchLog, DedupKey
 from ._options import (
     ACK_MODES,
     ConnectionOptions,
     client_kwargs,
+    get_bool,
     get_float,
     get_int,
     get_list,
@@ -229,6 +238,18 @@ class _ReaderRuntime:
             self.close()
             raise
         self._turn = 0
+        # Exactly-once: the keys of logged messages whose acks the broker may not have
+        # seen (the last run died before its receipt): their redeliveries are dropped
+        self.seen: Set[str] = set()
+        if reader.log is not None:
+            server = self.clients[0].server or ""
+            if reader.dedup.header is None and not server.startswith("ActiveMQ/"):
+                self.close()
+                raise ConfigurationError(
+                    f"dedupKey 'message-id' cannot recognise a redelivery on this broker ({server or 'unknown'}):"
+                    " it gives a redelivered message a new message-id (RabbitMQ and Artemis do); use"
+                    " 'header:NAME', a header every producer sets uniquely")
+            self.seen = reader.log.unacked_keys(reader.dedup.of_rows)
 
     def _sweep(self, room: int, out: List[Any]) -> int:
         """Take what is buffered in every subscription, up to ``room`` messages; how many were taken."""
@@ -317,6 +338,29 @@ class _ReaderRuntime:
             message.ack()
         return len(done)
 
+    def ack_confirmed(self, messages: List[Any]) -> None:
+        """Ack ``messages`` and return once the broker confirmed it (a receipt on each connection's last ACK)."""
+        if not messages or self.ack == "auto":
+            return
+        if self.ack == "client":
+            # Cumulative: the last one of each subscription covers the rest
+            last: Dict[str, Any] = {}
+            for message in messages:
+                last[message.subscription] = message
+            to_ack: List[Any] = list(last.values())
+        else:
+            to_ack = messages
+        # Frames go out in order on a connection: a receipt for its last ACK confirms the others
+        final: Dict[str, Any] = {}
+        for message in to_ack:
+            final[message.subscription.rsplit("-", 1)[0]] = message
+        closing = {id(m) for m in final.values()}
+        for message in to_ack:
+            if id(message) not in closing:
+                message.ack()
+        for message in final.values():
+            message.ack(receipt=True)
+
     def close(self) -> None:
         for client in self.clients:
             try:
@@ -344,6 +388,23 @@ class StompStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
         self.prefetch = get_int(options, "prefetch", 2 * self.max_messages)
         self.connections = get_int(options, "connections", 1)
         self.sub_headers = prefixed(options, "header.")
+        # Exactly-once (stompfast.spark._log): every batch logged before its acks
+        location = get_str(options, "logLocation")
+        if get_bool(options, "exactlyOnce", False):
+            if location is None:
+                raise ConfigurationError("option 'exactlyOnce' needs 'logLocation': a directory every executor can"
+                                         " read, e.g. beside the query's checkpoint location")
+            self.log: Optional[BatchLog] = BatchLog(location)
+        elif location is not None:
+            raise ConfigurationError("option 'logLocation' is only used with exactlyOnce=true")
+        else:
+            self.log = None
+        dedup = get_str(options, "dedupKey")
+        if self.log is not None and dedup is None:
+            raise ConfigurationError(
+                "option 'exactlyOnce' needs 'dedupKey': 'header:NAME' (a header every producer sets uniquely), or"
+                " 'message-id' on ActiveMQ Classic, which keeps a message's id across redeliveries")
+        self.dedup = DedupKey(dedup or "message-id")
         self.available_now = False
         self._rt: Optional[_ReaderRuntime] = None
         self._lock = threading.Lock()
@@ -373,6 +434,8 @@ class StompStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
 
     def read(self, start: Dict[str, int]) -> Tuple[Iterator[pa.RecordBatch], Dict[str, int]]:
         begin = int(start["seq"])
+        if self.log is not None:
+            return self._read_logged(begin, self.log)
         with self._lock:
             rt = self._runtime(begin)
             # Offsets restart from the checkpoint
@@ -388,7 +451,36 @@ class StompStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
             batch = messages_to_arrow(messages)
             return iter([batch]), {"seq": rt.seq}
 
+    def _read_logged(self, begin: int, log: BatchLog) -> Tuple[Iterator[pa.RecordBatch], Dict[str, int]]:
+        """:meth:`read` in exactly-once mode: the logged batch at ``begin``, or a new one logged, then acked."""
+        with self._lock:
+            logged = log.find(begin)
+            if logged is not None:
+                # The last run logged this batch and died before Spark planned it: the same rows again
+                end, batch = logged
+                return iter([batch]), {"seq": end}
+            rt = self._runtime(begin)
+            messages = rt.poll(self.max_messages, self.max_bytes, self.poll_timeout, self.linger)
+            key = self.dedup.of_message
+            fresh = [m for m in messages if key(m) not in rt.seen] if rt.seen else messages
+            if not fresh:
+                # Only redeliveries of logged messages (or nothing): acked again, nothing new
+                rt.ack_confirmed(messages)
+                return iter([]), {"seq": begin}
+            end = begin + len(fresh)
+            batch = messages_to_arrow(fresh)
+            log.write(begin, end, batch)
+            # From here the log holds the batch: the broker may let go of it
+            rt.ack_confirmed(messages)
+            log.mark_acked(end)
+            # Spark asks for data after `begin` only once the batch ending there is committed
+            log.prune(begin)
+            return iter([batch]), {"seq": end}
+
     def readBetweenOffsets(self, start: Dict[str, int], end: Dict[str, int]) -> Iterator[Any]:
+        if self.log is not None:
+            # Exactly-once: the batch as it was logged, on whichever executor replays it
+            return iter([self.log.read(int(start["seq"]), int(end["seq"]))])
         # A replay of a batch that was planned but not committed before a restart. Its
         # messages were never acked, so the broker re-queued them and they come again
         # as new deliveries; there is nothing to replay here (and an executor cannot see
@@ -397,6 +489,9 @@ class StompStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
         return iter([])
 
     def commit(self, end: Dict[str, int]) -> None:
+        if self.log is not None:
+            self.log.prune(int(end["seq"]))
+            return
         with self._lock:
             if self._rt is not None:
                 self._rt.ack_upto(int(end["seq"]))
