@@ -15,7 +15,10 @@ while messages keep coming (a gap of ``batchLinger`` ends the batch), up to
 ``maxMessagesPerBatch`` / ``maxBytesPerBatch`` and at most ``pollTimeout`` more. So a
 micro-batch holds what is available: a backlog drains in batches of up to the limit
 (the broker refills the prefetch window while Spark processes the previous batch),
-an idle stream commits a lone message after ``batchLinger``. The batch is returned as
+an idle stream commits a lone message after ``batchLinger``. With
+``minMessagesPerBatch`` a batch smaller than that floor is not made: its messages wait,
+un-acked, for the next trigger, until ``maxTriggerDelay`` passed since the last batch
+(Kafka's ``minOffsetsPerTrigger`` and ``maxTriggerDelay``). The batch is returned as
 one ``pyarrow.RecordBatch`` (built column by column: no per-row tuple for Spark to
 convert), numbered with a per-query delivery counter (the offset is ``{"seq": n}``),
 and its messages are kept as *pending* until acked.
@@ -129,6 +132,8 @@ _TIME_TYPE = ARROW_READ_SCHEMA.field("received_at").type
 #: Spark processes the other.
 DEFAULT_MAX_MESSAGES = 50_000
 DEFAULT_LINGER = 0.05
+#: With ``minMessagesPerBatch``: the longest a trigger waits for the floor (Kafka's default, 15 minutes).
+DEFAULT_MAX_TRIGGER_DELAY = 900.0
 
 
 def messages_to_arrow(messages: List[Any], received_at: Optional[datetime.datetime] = None) -> pa.RecordBatch:
@@ -238,6 +243,8 @@ class _ReaderRuntime:
             self.close()
             raise
         self._turn = 0
+        # (monotonic s) when the last batch was made: the floor's delay counts from it
+        self.last_batch = time.monotonic()
         # Exactly-once: the keys of logged messages whose acks the broker may not have
         # seen (the last run died before its receipt): their redeliveries are dropped
         self.seen: Set[str] = set()
@@ -387,6 +394,13 @@ class StompStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
         self.linger = get_float(options, "batchLinger", DEFAULT_LINGER, allow_zero=True)
         self.prefetch = get_int(options, "prefetch", 2 * self.max_messages)
         self.connections = get_int(options, "connections", 1)
+        # The floor: fewer messages wait for the next trigger, until maxTriggerDelay passed
+        self.min_messages = get_int(options, "minMessagesPerBatch", None)
+        self.max_trigger_delay = get_float(options, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY)
+        if self.min_messages is not None and self.min_messages > min(self.max_messages, self.prefetch):
+            raise ConfigurationError(
+                f"option 'minMessagesPerBatch' ({self.min_messages}) must not exceed maxMessagesPerBatch"
+                f" ({self.max_messages}) or prefetch ({self.prefetch}): the broker stops at the prefetch window")
         self.sub_headers = prefixed(options, "header.")
         # Exactly-once (stompfast.spark._log): every batch logged before its acks
         location = get_str(options, "logLocation")
@@ -432,6 +446,18 @@ class StompStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
             self._rt = _ReaderRuntime(self, start)
         return self._rt
 
+    def _take(self, rt: _ReaderRuntime) -> List[Any]:
+        """One batch's messages, or none while the floor (``minMessagesPerBatch``) holds them back."""
+        messages = rt.poll(self.max_messages, self.max_bytes, self.poll_timeout, self.linger)
+        if (self.min_messages is not None and messages and len(messages) < self.min_messages
+                and not self.available_now and time.monotonic() - rt.last_batch < self.max_trigger_delay):
+            # Too few, and the delay is not over: they wait, un-acked, for the next trigger
+            rt.held = messages + rt.held
+            return []
+        if messages:
+            rt.last_batch = time.monotonic()
+        return messages
+
     def read(self, start: Dict[str, int]) -> Tuple[Iterator[pa.RecordBatch], Dict[str, int]]:
         begin = int(start["seq"])
         if self.log is not None:
@@ -443,7 +469,7 @@ class StompStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
                 rt.seq = begin
             # Eager ack: the batch ending at `begin` is committed
             rt.ack_upto(begin)
-            messages = rt.poll(self.max_messages, self.max_bytes, self.poll_timeout, self.linger)
+            messages = self._take(rt)
             if not messages:
                 return iter([]), {"seq": begin}
             rt.seq += len(messages)
@@ -460,7 +486,7 @@ class StompStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
                 end, batch = logged
                 return iter([batch]), {"seq": end}
             rt = self._runtime(begin)
-            messages = rt.poll(self.max_messages, self.max_bytes, self.poll_timeout, self.linger)
+            messages = self._take(rt)
             key = self.dedup.of_message
             fresh = [m for m in messages if key(m) not in rt.seen] if rt.seen else messages
             if not fresh:

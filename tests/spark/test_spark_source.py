@@ -154,6 +154,47 @@ def test_read_returns_one_arrow_batch_of_what_is_buffered(spark: Any, broker_thr
         reader.stop()
 
 
+def test_a_floor_holds_small_batches_back_until_the_trigger_delay(target: Any) -> None:
+    """minMessagesPerBatch: fewer make no batch and stay un-acked; maxTriggerDelay lets them through."""
+    from stompfast.errors import ConfigurationError
+    from stompfast.spark._source import StompStreamReader
+
+    q = target.queue()
+    target.publish(q, [f"f{i}".encode() for i in range(50)])
+    reader = StompStreamReader({"url": target.url, "destination": q, "pollTimeout": "1", "batchLinger": "0.3",
+                                "minMessagesPerBatch": "100", "maxTriggerDelay": "6"})
+    try:
+        started = time.monotonic()
+        it, end = reader.read(reader.initialOffset())
+        assert list(it) == [] and end == {"seq": 0}
+        target.publish(q, [f"g{i}".encode() for i in range(60)])
+        it, end = wait_for_batch(reader, end)
+        assert end == {"seq": 110} and time.monotonic() - started < 6
+        target.publish(q, [b"h0", b"h1"])
+        it, end2 = reader.read(end)
+        assert list(it) == [] and end2 == end
+        # the delay counts from the last batch: then the two go on their own
+        it, end2 = wait_for_batch(reader, end)
+        assert [r["body"] for b in it for r in b.to_pylist()] == [b"h0", b"h1"] and end2 == {"seq": 112}
+        reader.read(end2)
+        assert target.wait_depth(q, 0) in (0, None)
+    finally:
+        reader.stop()
+    assert target.drain(q) == []
+    with pytest.raises(ConfigurationError, match="must not exceed"):
+        StompStreamReader({"url": target.url, "destination": q, "minMessagesPerBatch": "500", "prefetch": "100"})
+
+
+def wait_for_batch(reader: Any, start: dict, timeout: float = 15.0) -> Any:
+    """Read as Spark's triggers do until a read makes a batch; (its iterator, its end)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        it, end = reader.read(start)
+        if end != start:
+            return it, end
+    raise AssertionError(f"no batch after {start} within {timeout} s")
+
+
 def test_several_connections_read_one_queue_exactly(spark: Any, target: Any, spark_tmp: str) -> None:
     n = 3000
     q = target.queue()
