@@ -132,6 +132,8 @@ _TIME_TYPE = ARROW_READ_SCHEMA.field("received_at").type
 #: Spark processes the other.
 DEFAULT_MAX_MESSAGES = 50_000
 DEFAULT_LINGER = 0.05
+#: Exactly-once: seconds a confirmation of the acks waits for each connection's receipt.
+ACK_CONFIRM_TIMEOUT = 60.0
 #: With ``minMessagesPerBatch``: the longest a trigger waits for the floor (Kafka's default, 15 minutes).
 DEFAULT_MAX_TRIGGER_DELAY = 900.0
 
@@ -243,6 +245,8 @@ class _ReaderRuntime:
             self.close()
             raise
         self._turn = 0
+        # Exactly-once: the thread that waits for the brokers to confirm the acks
+        self._confirmer: Optional[Any] = None
         # (monotonic s) when the last batch was made: the floor's delay counts from it
         self.last_batch = time.monotonic()
         # Exactly-once: the keys of logged messages whose acks the broker may not have
@@ -328,47 +332,55 @@ class _ReaderRuntime:
         pending = self.pending
         while pending and pending[0][0] <= seq:
             done.extend(pending.popleft()[1])
+        self.send_acks(done)
+        return len(done)
+
+    def send_acks(self, messages: List[Any]) -> None:
+        """Queue the ACKs of ``messages`` behind the client's frames (no wait on its loop)."""
         mode = self.ack
-        if not done or mode == "auto":
-            return len(done)
+        if not messages or mode == "auto":
+            return
         # Cumulative: the last one of each subscription covers the rest
         if mode == "client":
             last: Dict[str, Any] = {}
             # Subscription ids are unique across this reader's connections
-            for message in done:
-                last[message.subscription] = message
-            to_ack: List[Any] = list(last.values())
-        else:
-            to_ack = done
-        # Queued behind the client's frames: no wait on its loop
-        for message in to_ack:
-            message.ack()
-        return len(done)
-
-    def ack_confirmed(self, messages: List[Any]) -> None:
-        """Ack ``messages`` and return once the broker confirmed it (a receipt on each connection's last ACK)."""
-        if not messages or self.ack == "auto":
-            return
-        if self.ack == "client":
-            # Cumulative: the last one of each subscription covers the rest
-            last: Dict[str, Any] = {}
             for message in messages:
                 last[message.subscription] = message
             to_ack: List[Any] = list(last.values())
         else:
             to_ack = messages
-        # Frames go out in order on a connection: a receipt for its last ACK confirms the others
-        final: Dict[str, Any] = {}
         for message in to_ack:
-            final[message.subscription.rsplit("-", 1)[0]] = message
-        closing = {id(m) for m in final.values()}
-        for message in to_ack:
-            if id(message) not in closing:
-                message.ack()
-        for message in final.values():
-            message.ack(receipt=True)
+            message.ack()
+
+    def confirm_acks(self, batch_log: BatchLog, end: int) -> None:
+        """Mark the log acked through ``end`` once every connection's broker confirmed the ACKs sent so far.
+
+        In a thread of its own, one batch after another: a receipt cannot arrive while a
+        full subscription buffer stops the reader, and only the next ``read`` drains it.
+        A confirmation that fails leaves its batches to the next one, which covers them
+        (the probe of ``flush`` follows every frame sent before it).
+        """
+        if self._confirmer is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._confirmer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stompfast-spark-acks")
+        clients = list(self.clients)
+
+        def confirm() -> None:
+            try:
+                for client in clients:
+                    client.flush(timeout=ACK_CONFIRM_TIMEOUT)
+                batch_log.mark_acked(end)
+            except Exception as exc:
+                log.info("stomp source: the acks through %d are not confirmed yet (%s: %s); the next batch's will be",
+                         end, type(exc).__name__, exc)
+
+        self._confirmer.submit(confirm)
 
     def close(self) -> None:
+        if self._confirmer is not None:
+            # A confirmation under way ends with its connection
+            self._confirmer.shutdown(wait=False, cancel_futures=True)
         for client in self.clients:
             try:
                 client.close()
@@ -491,14 +503,14 @@ class StompStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
             fresh = [m for m in messages if key(m) not in rt.seen] if rt.seen else messages
             if not fresh:
                 # Only redeliveries of logged messages (or nothing): acked again, nothing new
-                rt.ack_confirmed(messages)
+                rt.send_acks(messages)
                 return iter([]), {"seq": begin}
             end = begin + len(fresh)
             batch = messages_to_arrow(fresh)
             log.write(begin, end, batch)
             # From here the log holds the batch: the broker may let go of it
-            rt.ack_confirmed(messages)
-            log.mark_acked(end)
+            rt.send_acks(messages)
+            rt.confirm_acks(log, end)
             # Spark asks for data after `begin` only once the batch ending there is committed
             log.prune(begin)
             return iter([batch]), {"seq": end}
