@@ -132,6 +132,15 @@ _TIME_TYPE = ARROW_READ_SCHEMA.field("received_at").type
 #: Spark processes the other.
 DEFAULT_MAX_MESSAGES = 50_000
 DEFAULT_LINGER = 0.05
+#: RabbitMQ closes a connection whose oldest un-acked delivery is older than its consumer_timeout
+#: (30 minutes by default; checked once a minute on 3.x, per message on 4.x quorum queues, never on
+#: 4.x classic queues): a warning at half of it. docs/spark.md, "The brokers' clocks".
+RABBITMQ_HOLD_WARNING = 900.0
+RABBITMQ_CLOCK = (
+    "RabbitMQ's consumer_timeout (30 minutes by default) closes the connection of a consumer that holds a"
+    " delivery longer, and the query fails: shorten the batches or the trigger interval, raise consumer_timeout"
+    " on the broker, or use exactlyOnce, which acks each batch as soon as it is logged (docs/spark.md)"
+)
 #: Exactly-once: seconds a confirmation of the acks waits for each connection's receipt.
 ACK_CONFIRM_TIMEOUT = 60.0
 #: With ``minMessagesPerBatch``: the longest a trigger waits for the floor (Kafka's default, 15 minutes).
@@ -220,8 +229,12 @@ class _ReaderRuntime:
         self.reader = reader
         # The last delivery number handed out
         self.seq = seq
-        #: batches taken and not acked yet, in order: (last seq of the batch, its messages)
-        self.pending: Deque[Tuple[int, List[Any]]] = deque()
+        #: batches taken and not acked yet, in order: (last seq of the batch, its messages, monotonic s taken)
+        self.pending: Deque[Tuple[int, List[Any], float]] = deque()
+        # (monotonic s) the last read: what the broker delivered since waits un-acked in the buffer
+        self.last_read = time.monotonic()
+        # The broker's own limit on un-acked deliveries, where it has one by default (see held_too_long)
+        self.clock: Optional[Tuple[float, str]] = None
         # Taken but left for the next batch (byte limit), in order
         self.held: List[Any] = []
         self.clients: List[Any] = []
@@ -245,6 +258,8 @@ class _ReaderRuntime:
             self.close()
             raise
         self._turn = 0
+        if (self.clients[0].server or "").startswith("RabbitMQ/"):
+            self.clock = (RABBITMQ_HOLD_WARNING, RABBITMQ_CLOCK)
         # Exactly-once: the thread that waits for the brokers to confirm the acks
         self._confirmer: Optional[Any] = None
         # (monotonic s) when the last batch was made: the floor's delay counts from it
@@ -325,6 +340,19 @@ class _ReaderRuntime:
                     del taken[i:]
                     break
         return taken
+
+    def held_too_long(self) -> None:
+        """Warn when deliveries have waited un-acked near a limit the broker enforces by default.
+
+        Called by each read, before its acks: the oldest pending batch was taken one read
+        ago (exactly-once acks at once, so only the buffer waits: since the last read).
+        """
+        now = time.monotonic()
+        oldest = self.pending[0][2] if self.pending else self.last_read
+        self.last_read = now
+        if self.clock is not None and now - oldest > self.clock[0]:
+            log.warning("stomp source: deliveries were held un-acked for %.0f s between two reads (a long batch or"
+                        " trigger interval); %s", now - oldest, self.clock[1])
 
     def ack_upto(self, seq: int) -> int:
         """Ack every pending message numbered ``<= seq``, one loop crossing per connection; how many."""
@@ -479,13 +507,14 @@ class StompStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
             # Offsets restart from the checkpoint
             if begin > rt.seq:
                 rt.seq = begin
+            rt.held_too_long()
             # Eager ack: the batch ending at `begin` is committed
             rt.ack_upto(begin)
             messages = self._take(rt)
             if not messages:
                 return iter([]), {"seq": begin}
             rt.seq += len(messages)
-            rt.pending.append((rt.seq, messages))
+            rt.pending.append((rt.seq, messages, time.monotonic()))
             batch = messages_to_arrow(messages)
             return iter([batch]), {"seq": rt.seq}
 
@@ -498,6 +527,7 @@ class StompStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
                 end, batch = logged
                 return iter([batch]), {"seq": end}
             rt = self._runtime(begin)
+            rt.held_too_long()
             messages = self._take(rt)
             key = self.dedup.of_message
             fresh = [m for m in messages if key(m) not in rt.seen] if rt.seen else messages

@@ -185,6 +185,32 @@ def test_a_floor_holds_small_batches_back_until_the_trigger_delay(target: Any) -
         StompStreamReader({"url": target.url, "destination": q, "minMessagesPerBatch": "500", "prefetch": "100"})
 
 
+@pytest.mark.parametrize("target", ["inprocess", "rabbitmq"], indirect=True)
+def test_a_hold_near_rabbitmqs_consumer_timeout_is_warned_about(
+    target: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """RabbitMQ closes a consumer that holds a delivery past consumer_timeout: the reader warns at half of it."""
+    from stompfast.spark import _source
+
+    # 30 minutes scaled down: a batch held 1.5 s between two reads
+    monkeypatch.setattr(_source, "RABBITMQ_HOLD_WARNING", 1.0)
+    q = target.queue()
+    target.publish(q, [b"x0", b"x1"])
+    reader = _source.StompStreamReader({"url": target.url, "destination": q, "pollTimeout": "2", "batchLinger": "0.2"})
+    try:
+        it, end = reader.read(reader.initialOffset())
+        assert sum(b.num_rows for b in it) == 2
+        caplog.clear()
+        time.sleep(1.5)
+        with caplog.at_level("WARNING", logger="stompfast.spark"):
+            reader.read(end)
+        warned = [r.getMessage() for r in caplog.records if "consumer_timeout" in r.getMessage()]
+        assert len(warned) == (1 if target.name == "rabbitmq" else 0), warned
+    finally:
+        reader.stop()
+    target.drain(q)
+
+
 def wait_for_batch(reader: Any, start: dict, timeout: float = 15.0) -> Any:
     """Read as Spark's triggers do until a read makes a batch; (its iterator, its end)."""
     deadline = time.monotonic() + timeout
