@@ -20,7 +20,9 @@ an idle stream commits a lone message after ``batchLinger``. With
 un-acked, for the next trigger, until ``maxTriggerDelay`` passed since the last batch
 (Kafka's ``minOffsetsPerTrigger`` and ``maxTriggerDelay``). The batch is returned as
 one ``pyarrow.RecordBatch`` (built column by column: no per-row tuple for Spark to
-convert), numbered with a per-query delivery counter (the offset is ``{"seq": n}``),
+convert), numbered with a per-query delivery counter (the offset is ``{"seq": n}``; a batch's end
+offset also carries its figures, ``"batch"``, which the query's progress shows: see
+:meth:`_ReaderRuntime.figures`),
 and its messages are kept as *pending* until acked.
 
 Admission control: PySpark runs a simple reader's ``read`` as its own admission
@@ -354,6 +356,24 @@ class _ReaderRuntime:
             log.warning("stomp source: deliveries were held un-acked for %.0f s between two reads (a long batch or"
                         " trigger interval); %s", now - oldest, self.clock[1])
 
+    def figures(self, batch: List[Any], acked: int) -> Dict[str, int]:
+        """What a pipeline owner reads of a batch (its end offset's ``batch``; docs/spark.md, "Progress").
+
+        ``acked``: messages this read acked (the batch before, or this one in exactly-once
+        mode). ``buffered``: delivered and not in a batch yet; ``unacked``: in batches
+        taken and not acked. Both are un-acked on the broker.
+        """
+        figures = {
+            "messages": len(batch),
+            "bytes": sum(len(m.body) for m in batch),
+            "redelivered": sum(1 for m in batch if m.redelivered),
+            "acked": acked,
+            "buffered": sum(sub.pending for sub in self.subs) + len(self.held),
+            "unacked": sum(len(entry[1]) for entry in self.pending),
+        }
+        log.info("stomp source: batch %s", figures)
+        return figures
+
     def ack_upto(self, seq: int) -> int:
         """Ack every pending message numbered ``<= seq``, one loop crossing per connection; how many."""
         done: List[Any] = []
@@ -498,10 +518,10 @@ class StompStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
             rt.last_batch = time.monotonic()
         return messages
 
-    def read(self, start: Dict[str, int]) -> Tuple[Iterator[pa.RecordBatch], Dict[str, int]]:
+    def read(self, start: Dict[str, Any]) -> Tuple[Iterator[pa.RecordBatch], Dict[str, Any]]:
         begin = int(start["seq"])
         if self.log is not None:
-            return self._read_logged(begin, self.log)
+            return self._read_logged(start, begin, self.log)
         with self._lock:
             rt = self._runtime(begin)
             # Offsets restart from the checkpoint
@@ -509,23 +529,26 @@ class StompStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
                 rt.seq = begin
             rt.held_too_long()
             # Eager ack: the batch ending at `begin` is committed
-            rt.ack_upto(begin)
+            acked = rt.ack_upto(begin)
             messages = self._take(rt)
             if not messages:
-                return iter([]), {"seq": begin}
+                # The start itself: an end equal to it is how Spark sees that nothing came
+                return iter([]), start
             rt.seq += len(messages)
             rt.pending.append((rt.seq, messages, time.monotonic()))
             batch = messages_to_arrow(messages)
-            return iter([batch]), {"seq": rt.seq}
+            return iter([batch]), {"seq": rt.seq, "batch": rt.figures(messages, acked)}
 
-    def _read_logged(self, begin: int, log: BatchLog) -> Tuple[Iterator[pa.RecordBatch], Dict[str, int]]:
+    def _read_logged(
+        self, start: Dict[str, Any], begin: int, log: BatchLog,
+    ) -> Tuple[Iterator[pa.RecordBatch], Dict[str, Any]]:
         """:meth:`read` in exactly-once mode: the logged batch at ``begin``, or a new one logged, then acked."""
         with self._lock:
             logged = log.find(begin)
             if logged is not None:
                 # The last run logged this batch and died before Spark planned it: the same rows again
                 end, batch = logged
-                return iter([batch]), {"seq": end}
+                return iter([batch]), {"seq": end, "batch": {"messages": batch.num_rows, "from_log": True}}
             rt = self._runtime(begin)
             rt.held_too_long()
             messages = self._take(rt)
@@ -534,7 +557,7 @@ class StompStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
             if not fresh:
                 # Only redeliveries of logged messages (or nothing): acked again, nothing new
                 rt.send_acks(messages)
-                return iter([]), {"seq": begin}
+                return iter([]), start
             end = begin + len(fresh)
             batch = messages_to_arrow(fresh)
             log.write(begin, end, batch)
@@ -543,7 +566,9 @@ class StompStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
             rt.confirm_acks(log, end)
             # Spark asks for data after `begin` only once the batch ending there is committed
             log.prune(begin)
-            return iter([batch]), {"seq": end}
+            figures = rt.figures(fresh, len(messages))
+            figures["dropped"] = len(messages) - len(fresh)
+            return iter([batch]), {"seq": end, "batch": figures}
 
     def readBetweenOffsets(self, start: Dict[str, int], end: Dict[str, int]) -> Iterator[Any]:
         if self.log is not None:

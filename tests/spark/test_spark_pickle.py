@@ -18,7 +18,7 @@ def test_reader_with_an_open_connection_pickles_without_it(spark: Any, broker_th
     broker_thread.publish(q, b"x")
     reader = StompStreamReader({"url": broker_thread.url, "destination": q, "pollTimeout": "2"})
     rows, end = reader.read(reader.initialOffset())
-    assert len(list(rows)) == 1 and end == {"seq": 1}
+    assert len(list(rows)) == 1 and end["seq"] == 1
     copy = pickle.loads(pickle.dumps(reader))
     assert copy._rt is None and copy.destinations == [q]
     reader.stop()  # un-acked: back on the queue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -51,6 +52,10 @@ def test_stream_reads_exactly_n_and_acks_all(spark: Any, target: Any, spark_tmp:
         wait_until(lambda: parquet_count(spark, out) >= n, 60, f"{n} rows in the sink")
         # The idle stream acks its last batch too (eager ack in the next read): nothing is left.
         assert target.wait_depth(q, 0) in (0, None)
+        # Each batch's figures are in the query's progress, on its end offset
+        ends = [p["sources"][0]["endOffset"] for p in query.recentProgress if p["numInputRows"]]
+        ends = [json.loads(e) if isinstance(e, str) else e for e in ends]
+        assert ends and sum(e["batch"]["messages"] for e in ends) == n, ends
     finally:
         query.stop()
     df = spark.read.parquet(out)
@@ -139,12 +144,19 @@ def test_read_returns_one_arrow_batch_of_what_is_buffered(spark: Any, broker_thr
         batches = list(it)
         assert len(batches) == 1 and isinstance(batches[0], pa.RecordBatch)
         batch = batches[0]
-        assert batch.num_rows == 2500 and end == {"seq": 2500}  # the limit, not a small fixed count
+        assert batch.num_rows == 2500 and end["seq"] == 2500  # the limit, not a small fixed count
+        # the batch's figures ride on its end offset (the query's progress shows it)
+        figures = dict(end["batch"])
+        # (the rest of the backlog may still be on its way into the buffer)
+        assert 0 <= figures.pop("buffered") <= 500
+        assert figures == {"messages": 2500, "bytes": sum(len(f"a{i}") for i in range(2500)), "redelivered": 0,
+                           "acked": 0, "unacked": 2500}
         rows = batch.to_pylist()
         assert [r["body"] for r in rows[:2]] == [b"a0", b"a1"]
         assert dict(rows[7]["headers"])["x-i"] == "7" and rows[7]["destination"] == q
         it, end = reader.read(end)  # acks the first 2500 (eager ack), takes the rest
-        assert sum(b.num_rows for b in it) == 500 and end == {"seq": 3000}
+        assert sum(b.num_rows for b in it) == 500 and end["seq"] == 3000
+        assert (end["batch"]["acked"], end["batch"]["unacked"], end["batch"]["buffered"]) == (2500, 500, 0)
         wait_until(lambda: broker_thread.unacked(q) == 500, 10, "the first batch to be acked")
         t = time.monotonic()
         it, end2 = reader.read(end)  # nothing left: acks, waits pollTimeout, returns start
@@ -166,16 +178,16 @@ def test_a_floor_holds_small_batches_back_until_the_trigger_delay(target: Any) -
     try:
         started = time.monotonic()
         it, end = reader.read(reader.initialOffset())
-        assert list(it) == [] and end == {"seq": 0}
+        assert list(it) == [] and end["seq"] == 0
         target.publish(q, [f"g{i}".encode() for i in range(60)])
         it, end = wait_for_batch(reader, end)
-        assert end == {"seq": 110} and time.monotonic() - started < 6
+        assert end["seq"] == 110 and time.monotonic() - started < 6
         target.publish(q, [b"h0", b"h1"])
         it, end2 = reader.read(end)
         assert list(it) == [] and end2 == end
         # the delay counts from the last batch: then the two go on their own
         it, end2 = wait_for_batch(reader, end)
-        assert [r["body"] for b in it for r in b.to_pylist()] == [b"h0", b"h1"] and end2 == {"seq": 112}
+        assert [r["body"] for b in it for r in b.to_pylist()] == [b"h0", b"h1"] and end2["seq"] == 112
         reader.read(end2)
         assert target.wait_depth(q, 0) in (0, None)
     finally:
@@ -282,7 +294,7 @@ def test_a_backlog_comes_in_large_batches_on_each_real_broker(real_broker: Any, 
             got += sum(b.num_rows for b in it)
             reads += 1
         # ActiveMQ sends its first page (200) alone; with ack=client every batch stays near 200
-        assert got == 3000 and end == {"seq": 3000} and reads <= 3, (got, reads)
+        assert got == 3000 and end["seq"] == 3000 and reads <= 3, (got, reads)
         assert reader._rt is not None
         assert reader._rt.ack == extra.get("ack", "client-individual" if real_broker.name == "activemq" else "client")
         it, end2 = reader.read(end)  # acks the batch; nothing more
