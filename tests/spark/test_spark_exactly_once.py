@@ -144,7 +144,7 @@ def kill_and_restart(target: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
     queue = target.queue()
     sent = publish(target.url, queue, N)
     options = {"url": target.url, "destination": queue, "exactlyOnce": "true", "logLocation": str(tmp_path / "log"),
-               "dedupKey": dedup, "maxMessagesPerBatch": "200", "pollTimeout": "3", "batchLinger": "0.3"}
+               "dedupKey": dedup, "maxMessagesPerBatch": "200", "pollTimeout": "1", "batchLinger": "0.3"}
     # an idempotent sink: a batch written again replaces itself
     sink: Dict[Tuple[int, int], List[bytes]] = {}
 
@@ -175,12 +175,15 @@ def kill_and_restart(target: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
             sink[(0, end["seq"])] = take(second.readBetweenOffsets({"seq": 0}, end))
             second.commit(end)
             committed = end["seq"]
+        # until every message is in the sink, then two empty reads: a duplicate would come now
+        deadline = time.monotonic() + 60
         idle = 0
         while idle < 2:
             batch_iter, end = second.read({"seq": committed})
             got = take(batch_iter)
             if end["seq"] == committed:
-                idle += 1
+                full = sum(len(rows) for rows in sink.values()) >= N
+                idle += 1 if full or time.monotonic() > deadline else 0
                 continue
             sink[(committed, end["seq"])] = got
             second.commit(end)
@@ -245,11 +248,10 @@ def killing_source(step: str, flag: str) -> Any:
     return KillingSource
 
 
-#: Every step on the in-process broker, and each real broker at two steps (about 15 s a query;
-#: every step on every broker is run at the reader level above, and was run once as whole queries)
+#: Every step on the in-process broker, and each real broker at one (about 12 s a query; every
+#: step on every broker is run at the reader level above, and was run once as whole queries)
 QUERY_CASES = [("inprocess", step) for step in STEPS] + [
-    ("rabbitmq", "after-log"), ("rabbitmq", "after-commit"), ("activemq", "before-log"), ("activemq", "after-sink"),
-    ("artemis", "after-log"), ("artemis", "after-sink"),
+    ("rabbitmq", "after-commit"), ("activemq", "after-sink"), ("artemis", "after-log"),
 ]
 
 
