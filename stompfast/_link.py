@@ -558,6 +558,10 @@ async def open_link(
                 await transport.send(connect)
                 leftover = await _await_connected(transport, protocol, endpoint, settings, frames, counters)
         except TimeoutError as exc:
+            if protocol.ending_error is not None:
+                # The ERROR came in time; reading the ERRORs after it ran into the deadline (a storm
+                # of them on a loaded machine): the broker's answer is the error, not a timeout
+                raise protocol.ending_error from None
             raise ConnectTimeout(
                 f"no CONNECTED from {endpoint.host}:{endpoint.port} within {settings.connect_timeout:g} s"
             ) from exc

@@ -276,3 +276,31 @@ async def test_a_thread_may_write_only_to_an_idle_live_direct_link():
     link.transport.direct_ok = True
     link.close(ConnectionLostError("gone"))
     assert not link.may_write_from_thread()
+
+
+@pytest.mark.anyio
+async def test_an_error_answering_connect_wins_over_the_connect_timeout() -> None:
+    # The broker answers CONNECT with ERROR in time, then leaves the connection open: reading the
+    # ERRORs that may follow runs into the connect deadline. The answer is the ERROR, not a timeout
+    # (seen on a loaded machine with a storm of ERRORs and the pure-Python scanner).
+    import anyio
+
+    from stompfast import AsyncClient
+    from stompfast.errors import AuthenticationError
+
+    async def broker(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            await stream.receive()
+            await stream.send(b"ERROR\nmessage:go away\n\n\x00")
+            with anyio.move_on_after(5):
+                while await stream.receive():
+                    pass
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, broker)
+        client = AsyncClient(f"stomp://127.0.0.1:{port}/", connect_timeout=0.2, reconnect=False, heart_beat=(0, 0))
+        with pytest.raises(AuthenticationError, match="go away"):
+            await client.connect()
+        tg.cancel_scope.cancel()
