@@ -101,6 +101,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _tables import print_table  # noqa: E402
+from client_compare import listener_pid, proc_cpu  # noqa: E402  (the broker's pid and CPU, from /proc)
 
 REPO = Path(__file__).resolve().parent.parent
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
@@ -108,7 +109,6 @@ PERFTEST_FALLBACK_VERSIONS = ("2.22.1",)
 ARTEMIS_FETCH_VERSION = "2.40.0"
 OMQ_MODULE = "github.com/rabbitmq/omq@latest"
 ALL_PAIRS = ("perftest", "artemis", "omq")
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 PROFILES = {  # name -> (duration s, warm-up s)
     "default": (20.0, 5.0),
@@ -317,45 +317,6 @@ class Run:
     wall: float
     cpu: float
     broker_cpu: Optional[float]
-
-
-def proc_cpu(pid: Optional[int]) -> Optional[float]:
-    """CPU seconds (user + sys) a process used so far, from /proc (None if gone)."""
-    if pid is None:
-        return None
-    try:
-        with open("/proc/%d/stat" % pid) as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def listener_pid(port: int) -> Optional[int]:
-    """The pid of the process listening on a local TCP port (Linux /proc; None if not found)."""
-    inodes = set()
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(name) as fh:
-                next(fh)
-                for line in fh:
-                    f = line.split()
-                    if f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
-                        inodes.add("socket:[%s]" % f[9])
-        except OSError:
-            continue
-    for pid in (p for p in os.listdir("/proc") if p.isdigit()) if inodes else ():
-        try:
-            fds = os.listdir("/proc/%s/fd" % pid)
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if os.readlink("/proc/%s/fd/%s" % (pid, fd)) in inodes:
-                    return int(pid)
-            except OSError:
-                continue
-    return None
 
 
 def children_cpu() -> float:
