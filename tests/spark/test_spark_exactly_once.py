@@ -23,6 +23,8 @@ pa = pytest.importorskip("pyarrow")
 from stompfast.errors import ConfigurationError  # noqa: E402
 from stompfast.spark._log import BatchLog, DedupKey, LogEntryMissing, _ArrowStore  # noqa: E402
 
+from .test_spark_source import wait_until  # noqa: E402
+
 pytestmark = [pytest.mark.timeout(120)]
 
 
@@ -315,11 +317,3 @@ def test_a_spark_query_failed_at_each_step_of_a_batch_writes_each_message_once(
         query.stop()
     assert sorted(written()) == sorted(sent)
     assert target.drain(queue) == []
-
-
-def wait_until(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.3)
