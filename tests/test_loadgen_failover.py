@@ -91,6 +91,28 @@ async def test_a_cut_command_runs_at_each_cut_and_the_run_waits_for_it():
 
 
 @pytest.mark.anyio
+async def test_a_stopped_run_still_waits_for_its_cut_command():
+    # Ctrl-C (the library's stop) during a broker restart: the restart is not left half done
+    import anyio
+
+    stop = anyio.Event()
+    started = time.monotonic()
+
+    async def press_ctrl_c() -> None:
+        await anyio.sleep(0.7)
+        stop.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(press_ctrl_c)
+        result = await run_load(LoadConfig(rate=200, duration=3.0, link_cuts=(0.4,), cut_command="sleep 1.5; echo done",
+                                           drain_timeout=0.3), stop=stop)
+    assert result.interrupted == "stopped"
+    run = result.outages[1]["command"]
+    assert run["returncode"] == 0 and run["output"] == "done\n"
+    assert time.monotonic() - started >= 0.4 + 1.5
+
+
+@pytest.mark.anyio
 async def test_a_cut_command_that_fails_is_an_error_of_the_run():
     failing = "echo no broker >&2; exit 3"
     result = await run_load(LoadConfig(rate=200, duration=0.6, link_cuts=(0.2,), cut_command=failing,
