@@ -38,7 +38,6 @@ from ._brokers import (
     DURABLE_NEEDS_CLIENT_ID,
     ERRORS_THAT_KEEP_THE_SESSION,
     PREFETCH_HEADERS,
-    broker_of,
     check_durable,
     check_message_options,
     check_selector,
@@ -46,8 +45,9 @@ from ._brokers import (
 )
 from ._common import copy_error
 from ._events import ACK_QUEUED, Connected, ErrorReceived, Event, Message, OversizedMessage, ReceiptReceived
-from ._protocol_encoder import FrameEncoder, check_without_length, connect_headers, send_headers
+from ._protocol_encoder import FrameEncoder, check_without_length, send_headers
 from ._protocol_errors import BrokerErrors, error_keeps_session, server_error
+from ._protocol_handshake import Handshake
 from ._protocol_rules import (
     ACK_MODES,
     MAX_HEART_BEAT_MS,
@@ -55,16 +55,12 @@ from ._protocol_rules import (
     add_settle_headers,
     check_ack_mode,
     check_destination,
-    check_heart_beat,
     check_persistent,
-    check_versions,
     escape_12,
-    escaping_rules,
     negotiate_heart_beat,
-    with_client_id,
 )
 from ._protocol_states import ALLOWED, TRANSITIONS, SessionState
-from ._scanner import FrameScanner, encode_frame
+from ._scanner import FrameScanner
 from .errors import ConfigurationError, LocalProtocolError, RemoteProtocolError, ServerError, StaleMessageError
 from .frames import Frame
 
@@ -147,17 +143,11 @@ class StompProtocol:
         client_id: Optional[str] = None,
         persistent: Optional[bool] = None,
     ) -> None:
-        self.versions = check_versions(versions)
-        self.requested_heart_beat = check_heart_beat(heart_beat)
-        if use_stomp_command and self.versions == ("1.0",):
-            raise ConfigurationError("the STOMP command needs version 1.1 or later; 1.0 brokers only know CONNECT")
-        self.host = host
-        self.login = login
-        self.passcode = passcode
-        self.connect_headers = with_client_id(connect_headers, client_id)
-        #: the connection's client-id (client_id=, or connect_headers'), or None
-        self.client_id: Optional[str] = self.connect_headers.get("client-id")
-        self.use_stomp_command = use_stomp_command
+        # What the CONNECT offers, checked now: a bad option fails here, not at connect time.
+        self._handshake = Handshake(
+            versions=versions, heart_beat=heart_beat, host=host, login=login, passcode=passcode,
+            connect_headers=connect_headers, client_id=client_id, use_stomp_command=use_stomp_command,
+        )
         #: on Artemis, /queue/ and /topic/ get their routing-type headers (ANYCAST, MULTICAST)
         self.routing_headers = routing_headers
         check_persistent(persistent)
@@ -274,12 +264,7 @@ class StompProtocol:
     def connect(self) -> bytes:
         """The CONNECT (or STOMP) frame that opens the session."""
         self._check("CONNECT")
-        headers = connect_headers(
-            self.versions, self.host, self.login, self.passcode, self.requested_heart_beat, self.connect_headers
-        )
-        command = "STOMP" if self.use_stomp_command else "CONNECT"
-        # CONNECT is never escaped on any version
-        data = encode_frame(command, headers, b"", "1.2")
+        data = self._handshake.frame()
         self._move("CONNECT")
         return data
 
@@ -818,24 +803,25 @@ class StompProtocol:
                 raise RemoteProtocolError(f"the broker sent a {command} frame, which only clients send")
 
     def _connected(self, frame: Frame) -> Connected:
-        headers = frame[1]
-        version = headers.get("version", "1.0")
-        if version not in self.versions:
-            self.state = SessionState.FAILED
-            raise RemoteProtocolError(
-                f"the broker chose STOMP {version}, which we did not offer ({', '.join(self.versions)})"
-            )
-        self.version = version
+        # A refused CONNECTED raises before any field changes; _events fails the session.
+        settled = self._handshake.settle(frame[1])
+        self.version, self.server, self.broker = settled.version, settled.server, settled.broker
+        self.session, self.heart_beat = settled.session, settled.heart_beat
         # STOMP 1.2 acks name the MESSAGE's ack header
-        self._ack_header = version == "1.2"
-        self.server = headers.get("server")
-        self.broker = broker_of(self.server)
-        send_rules, read_rules = escaping_rules(version, self.server)
-        self._encoder.negotiated(send_rules, self.broker)
-        self._scanner.version = read_rules
-        self.session = headers.get("session")
-        self.heart_beat = negotiate_heart_beat(self.requested_heart_beat, headers.get("heart-beat"))
-        return Connected(version, self.server, self.session, self.heart_beat, frame.headers)
+        self._ack_header = settled.version == "1.2"
+        self._encoder.negotiated(settled.send_rules, settled.broker)
+        self._scanner.version = settled.read_rules
+        return Connected(settled.version, settled.server, settled.session, settled.heart_beat, frame.headers)
+
+    @property
+    def versions(self) -> Tuple[str, ...]:
+        """The versions the CONNECT offers, preferred last."""
+        return self._handshake.versions
+
+    @property
+    def client_id(self) -> Optional[str]:
+        """The connection's client-id (``client_id=``, or ``connect_headers``'), or None."""
+        return self._handshake.client_id
 
     @property
     def ending_error(self) -> Optional[ServerError]:
