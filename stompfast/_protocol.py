@@ -60,8 +60,9 @@ from ._protocol_rules import (
     negotiate_heart_beat,
 )
 from ._protocol_states import ALLOWED, TRANSITIONS, SessionState
+from ._protocol_subscriptions import Subscriptions
 from ._scanner import FrameScanner
-from .errors import ConfigurationError, LocalProtocolError, RemoteProtocolError, ServerError, StaleMessageError
+from .errors import ConfigurationError, LocalProtocolError, RemoteProtocolError, ServerError
 from .frames import Frame
 
 __all__ = [
@@ -181,13 +182,7 @@ class StompProtocol:
         # The scanner's count of SkippedFrames already made OversizedMessages
         self._skipped = 0
         self._receipts = 0
-        # Id -> ack mode
-        self._subscriptions: Dict[str, str] = {}
-        # Id -> durable name, for the durable ones
-        self._durable: Dict[str, str] = {}
-        # Subscription id -> (message class, oversized class), for those that asked for their own
-        self._message_classes: Dict[str, Tuple[type, type]] = {}
-        self._next_sub = 0
+        self._subscriptions = Subscriptions()
         self._next_tx = 0
         self._transactions: Set[str] = set()
         self.disconnect_receipt: Optional[str] = None
@@ -442,19 +437,11 @@ class StompProtocol:
         if durable is not None:
             self.check_durable(durable, id)
             id = durable
-        if id is None:
-            self._next_sub += 1
-            id = str(self._next_sub)
-        elif id in self._subscriptions:
-            raise LocalProtocolError(f"subscription id {id!r} is already in use on this connection")
+        id = self._subscriptions.new_id(id)
         h: Dict[str, Any] = {"destination": destination, "id": id, "ack": ack}
         receipt_id = self._finish(h, receipt, headers)
         data = self._encoder.subscribe(h, destination, prefetch, durable)
-        self._subscriptions[id] = ack
-        if durable is not None:
-            self._durable[id] = durable
-        if message_classes is not None:
-            self._message_classes[id] = message_classes
+        self._subscriptions.opened(id, ack, durable, message_classes)
         return data, id, receipt_id
 
     def check_durable(self, durable: Any, id: Optional[str] = None) -> None:
@@ -483,20 +470,14 @@ class StompProtocol:
         UNSUBSCRIBE, then the one that deletes (the receipt, if any, is on it).
         """
         self._check("UNSUBSCRIBE")
-        if subscription not in self._subscriptions:
-            raise LocalProtocolError(f"no subscription {subscription!r} on this connection")
-        name = self._durable.get(subscription)
-        if forget and name is None:
-            raise LocalProtocolError(f"subscription {subscription!r} is not durable: there is nothing to forget")
+        name = self._subscriptions.durable_name(subscription, forget)
         receipt_id = self._receipt_id() if receipt else None
-        data = self._encoder.unsubscribe(subscription, name if forget else None, receipt_id)
-        del self._subscriptions[subscription]
-        self._durable.pop(subscription, None)
-        self._message_classes.pop(subscription, None)
+        data = self._encoder.unsubscribe(subscription, name, receipt_id)
+        self._subscriptions.closed(subscription)
         return data, receipt_id
 
     def ack_mode(self, subscription: str) -> Optional[str]:
-        return self._subscriptions.get(subscription)
+        return self._subscriptions.modes.get(subscription)
 
     def check_ack(self, message: Message) -> None:
         """Raise what an ACK of ``message`` would be refused with on this session; send nothing."""
@@ -510,40 +491,12 @@ class StompProtocol:
     def ack_headers(self, command: str, message: Message, transaction: Optional[str]) -> Dict[str, str]:
         """The headers of an ACK or NACK (``command``) of ``message``, or what refuses it.
 
-        StaleMessageError for a message of another session, LocalProtocolError for a
-        subscription that is gone or in ``auto`` mode or a transaction not open,
-        RemoteProtocolError for a message without the id header the ACK must name.
+        :meth:`Subscriptions.settle_headers` names the message or refuses it; here,
+        LocalProtocolError for a transaction that is not open or that the broker ignores.
         """
-        if message.session is not self:
-            raise StaleMessageError(
-                f"message {message.message_id!r} was delivered on an earlier session; the broker redelivers"
-                " unacknowledged messages of a lost session, so this " + command + " was not sent"
-            )
-        mode = self._subscriptions.get(message.subscription)
-        if mode is None:
-            raise LocalProtocolError(
-                f"cannot {command} message {message.message_id!r}: its subscription {message.subscription!r} is gone"
-            )
-        if mode == "auto":
-            raise LocalProtocolError(
-                f"cannot {command} message {message.message_id!r}: subscription {message.subscription!r} uses"
-                " ack mode auto, where the broker needs no acknowledgement"
-            )
+        h = self._subscriptions.settle_headers(command, message, self, self.version)
         if transaction is not None:
             self.check_transactional_settle(command)
-        # STOMP 1.2: "The ACK frame MUST include an id header matching the ack header of the
-        # MESSAGE being acknowledged"; 1.1: message-id and subscription; 1.0: message-id.
-        if self.version == "1.2":
-            if message.ack_id is None:
-                raise RemoteProtocolError(f"the broker sent message {message.message_id!r} without an ack header")
-            h = {"id": message.ack_id}
-        else:
-            if message.message_id is None:
-                raise RemoteProtocolError("the broker sent a MESSAGE without a message-id header")
-            h = {"message-id": message.message_id}
-            if self.version == "1.1":
-                h["subscription"] = message.subscription
-        if transaction is not None:
             self._check_transaction(transaction)
             h["transaction"] = transaction
         return h
@@ -579,7 +532,7 @@ class StompProtocol:
             self._ack_header
             and message.session is self
             and "ACK" in self._allowed
-            and self._subscriptions.get(message.subscription, "auto") != "auto"
+            and self._subscriptions.modes.get(message.subscription, "auto") != "auto"
         ):
             ack_id = message.ack_id
             if ack_id is not None:
@@ -594,7 +547,9 @@ class StompProtocol:
                 return b"ACK\nid:%s\n\n\0" % ack_id.encode("utf-8")
         if "ACK" not in self._allowed:
             self._check("ACK")
-        h = self.ack_headers("ACK", message, None)
+        # Not through ack_headers, which would add a call per ACK on 1.0 and 1.1 sessions: with no
+        # transaction, settle_headers is all that ack_headers does.
+        h = self._subscriptions.settle_headers("ACK", message, self, self.version)
         message.claim_settle("ACK", queued=True)
         return self._encoder.encode("ACK", h)
 
@@ -745,7 +700,7 @@ class StompProtocol:
         # picks the class; every other feed builds Message itself, with no test per message.
         message = _message_or_oversized if skipping else Message
         # Subscriptions whose events are of classes of their own (the blocking client's)
-        classes = self._message_classes
+        classes = self._subscriptions.classes
         connected, disconnecting = SessionState.CONNECTED, SessionState.DISCONNECTING
         for frame in frames:
             command = frame[0]
