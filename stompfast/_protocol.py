@@ -31,7 +31,7 @@ Nothing here or there imports anyio, asyncio, socket or time: a test enforces it
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ._brokers import (
     ARTEMIS_TX_ACK,
@@ -61,6 +61,7 @@ from ._protocol_rules import (
 )
 from ._protocol_states import ALLOWED, TRANSITIONS, SessionState
 from ._protocol_subscriptions import Subscriptions
+from ._protocol_transactions import Transactions
 from ._scanner import FrameScanner
 from .errors import ConfigurationError, LocalProtocolError, RemoteProtocolError, ServerError
 from .frames import Frame
@@ -183,8 +184,7 @@ class StompProtocol:
         self._skipped = 0
         self._receipts = 0
         self._subscriptions = Subscriptions()
-        self._next_tx = 0
-        self._transactions: Set[str] = set()
+        self._transactions = Transactions()
         self.disconnect_receipt: Optional[str] = None
         # The ERROR that ended the session, and the ERRORs the broker sent after it
         self._errors = BrokerErrors()
@@ -323,7 +323,7 @@ class StompProtocol:
         """The headers of a SEND (ours first, then the caller's) and its receipt id; the encoder adds the broker's."""
         check_destination(destination)
         if transaction is not None:
-            self._check_transaction(transaction)
+            self._transactions.check(transaction)
         receipt_id = self._receipt_id() if receipt else None
         return send_headers(destination, content_type, transaction, receipt_id, headers), receipt_id
 
@@ -497,7 +497,7 @@ class StompProtocol:
         h = self._subscriptions.settle_headers(command, message, self, self.version)
         if transaction is not None:
             self.check_transactional_settle(command)
-            self._check_transaction(transaction)
+            self._transactions.check(transaction)
             h["transaction"] = transaction
         return h
 
@@ -575,31 +575,23 @@ class StompProtocol:
         message.claim_settle("NACK")
         return data, receipt_id
 
-    def _check_transaction(self, transaction: str) -> None:
-        if transaction not in self._transactions:
-            raise LocalProtocolError(f"no open transaction {transaction!r} on this connection")
-
     def begin(self, transaction: Optional[str] = None, *, receipt: bool = False) -> Tuple[bytes, str, Optional[str]]:
         """A BEGIN frame; returns ``(bytes, transaction_id, receipt_id)``."""
         self._check("BEGIN")
-        if transaction is None:
-            self._next_tx += 1
-            transaction = f"tx{self._next_tx}"
-        elif transaction in self._transactions:
-            raise LocalProtocolError(f"transaction {transaction!r} is already open")
+        transaction = self._transactions.new_id(transaction)
         h: Dict[str, Any] = {"transaction": transaction}
         receipt_id = self._finish(h, receipt)
         data = self._encoder.encode("BEGIN", h)
-        self._transactions.add(transaction)
+        self._transactions.opened(transaction)
         return data, transaction, receipt_id
 
     def _end(self, command: str, transaction: str, receipt: bool) -> Tuple[bytes, Optional[str]]:
         self._check(command)
-        self._check_transaction(transaction)
+        self._transactions.check(transaction)
         h: Dict[str, Any] = {"transaction": transaction}
         receipt_id = self._finish(h, receipt)
         data = self._encoder.encode(command, h)
-        self._transactions.discard(transaction)
+        self._transactions.ended(transaction)
         return data, receipt_id
 
     def commit(self, transaction: str, *, receipt: bool = False) -> Tuple[bytes, Optional[str]]:

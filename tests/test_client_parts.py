@@ -36,7 +36,7 @@ PART_MODULES = (
 #: the modules the sans-I/O session (StompProtocol) is made of
 PROTOCOL_MODULES = (
     "_protocol", "_protocol_states", "_protocol_rules", "_protocol_encoder", "_protocol_errors", "_protocol_handshake",
-    "_protocol_subscriptions",
+    "_protocol_subscriptions", "_protocol_transactions",
 )
 
 

@@ -16,6 +16,7 @@ import stompfast._protocol_handshake as handshake_module
 import stompfast._protocol_rules as rules_module
 import stompfast._protocol_states as states_module
 import stompfast._protocol_subscriptions as subscriptions_module
+import stompfast._protocol_transactions as transactions_module
 from stompfast import Frame, FrameScanner, encode_frame
 from stompfast._protocol import (
     MAX_HEART_BEAT_MS,
@@ -45,9 +46,9 @@ from stompfast.errors import (
 @pytest.mark.parametrize(
     "module",
     [protocol_module, states_module, rules_module, encoder_module, errors_module, handshake_module,
-     subscriptions_module, events_module, brokers_module],
+     subscriptions_module, transactions_module, events_module, brokers_module],
     ids=["_protocol", "_protocol_states", "_protocol_rules", "_protocol_encoder", "_protocol_errors",
-         "_protocol_handshake", "_protocol_subscriptions", "_events", "_brokers"],
+         "_protocol_handshake", "_protocol_subscriptions", "_protocol_transactions", "_events", "_brokers"],
 )
 def test_protocol_core_imports_no_io(module):
     # the protocol core is sans-I/O: it never imports anyio, asyncio, socket or time
