@@ -63,7 +63,7 @@ from ._protocol_states import ALLOWED, TRANSITIONS, SessionState
 from ._protocol_subscriptions import Subscriptions
 from ._protocol_transactions import Transactions
 from ._scanner import FrameScanner
-from .errors import ConfigurationError, LocalProtocolError, RemoteProtocolError, ServerError
+from .errors import LocalProtocolError, RemoteProtocolError, ServerError
 from .frames import Frame
 
 __all__ = [
@@ -449,13 +449,7 @@ class StompProtocol:
 
         Before CONNECTED the broker is not known yet and only the name is checked.
         """
-        check_durable(durable, id)
-        if self.client_id is None and self.broker in DURABLE_NEEDS_CLIENT_ID:
-            raise ConfigurationError(
-                f"a durable subscription on {self.server or self.broker} needs a client identity: create the"
-                " client with client_id=... (the broker keeps the subscription under it, and a later"
-                " connection with the same client_id finds it again)"
-            )
+        check_durable(durable, id, self.broker, self.server, self._handshake.client_id)
 
     def unsubscribe(
         self, subscription: str, *, receipt: bool = False, forget: bool = False
