@@ -44,7 +44,16 @@ from ._brokers import (
     message_option_headers,
 )
 from ._common import copy_error
-from ._events import ACK_QUEUED, Connected, ErrorReceived, Event, Message, OversizedMessage, ReceiptReceived
+from ._events import (
+    ACK_QUEUED,
+    Connected,
+    ErrorReceived,
+    Event,
+    Message,
+    OversizedMessage,
+    ReceiptReceived,
+    message_or_oversized,
+)
 from ._protocol_encoder import FrameEncoder, check_without_length, send_headers
 from ._protocol_errors import BrokerErrors, error_keeps_session, server_error
 from ._protocol_handshake import Handshake
@@ -88,14 +97,6 @@ __all__ = [
 
 #: encoded SEND heads kept per (destination, content-type) before the cache is cleared
 _SEND_HEADS_MAX = 1024
-
-
-def _message_or_oversized(
-    frame: Frame, subscription: str, message_id: Optional[str], ack_id: Optional[str], session: Any
-) -> Message:
-    """The event of a MESSAGE in a feed that skipped a frame: an OversizedMessage for the skipped one."""
-    cls = Message if type(frame) is Frame else OversizedMessage
-    return cls(frame, subscription, message_id, ack_id, session)
 
 
 # -- the session ------------------------------------------------------------------------
@@ -684,7 +685,7 @@ class StompProtocol:
         append = events.append
         # Only a feed that skipped a frame (rare) builds its MESSAGEs through the function that
         # picks the class; every other feed builds Message itself, with no test per message.
-        message = _message_or_oversized if skipping else Message
+        message = message_or_oversized if skipping else Message
         # Subscriptions whose events are of classes of their own (the blocking client's)
         classes = self._subscriptions.classes
         connected, disconnecting = SessionState.CONNECTED, SessionState.DISCONNECTING
