@@ -106,17 +106,8 @@ class StompProtocol:
     """One STOMP client session over one connection, without I/O.
 
     Args:
-        host: the CONNECT ``host`` header (the virtual host). ``"/"`` by default,
-            which RabbitMQ reads as its default vhost and ActiveMQ and Artemis
-            ignore; ``None`` leaves the header out (STOMP 1.1+ requires it).
-        login, passcode: credentials, sent as ``login``/``passcode``.
-        versions: the versions to offer, preferred last as the spec orders them.
-        heart_beat: ``(cx, cy)`` in ms: the smallest interval we can send at, the
-            interval we want to receive at (0: none).
-        connect_headers: more CONNECT headers.
-        client_id: the CONNECT ``client-id`` header: the identity ActiveMQ Classic
-            and Artemis keep durable subscriptions under.
-        use_stomp_command: send ``STOMP`` instead of ``CONNECT`` (1.1+ only).
+        host, login, passcode, versions, heart_beat, connect_headers, client_id,
+            use_stomp_command: what the CONNECT offers (:class:`Handshake` has each).
         max_frame_bytes, max_headers, max_header_bytes: the scanner's limits.
         skip_oversized: a MESSAGE over ``max_frame_bytes`` with ``content-length``
             is skipped unread and delivered as an :class:`OversizedMessage`
@@ -735,11 +726,8 @@ class StompProtocol:
                     append(ErrorReceived(server_error(frame, connecting), ends_session=False))
                     continue
                 self._move("<ERROR")
-                self._errors.end(frame, connecting)
-                # The connection ends here: of the later frames only ERRORs count
-                after = next(i for i, f in enumerate(frames) if f is frame) + 1
-                self._errors.fold(frames[after:])
-                append(ErrorReceived(self._errors.error))  # type: ignore[arg-type]  # (set above)
+                # The connection ends here: of the later frames only ERRORs count, and end folds them in
+                append(ErrorReceived(self._errors.end(frame, connecting, frames)))
                 return
             else:
                 raise RemoteProtocolError(f"the broker sent a {command} frame, which only clients send")

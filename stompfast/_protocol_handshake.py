@@ -41,7 +41,20 @@ class Settlement(NamedTuple):
 
 
 class Handshake:
-    """What one session offers in its CONNECT (the arguments of :class:`StompProtocol` of that name).
+    """What one session offers in its CONNECT: the arguments of :class:`StompProtocol` of these names.
+
+    Args:
+        versions: the versions to offer, preferred last as the spec orders them.
+        heart_beat: ``(cx, cy)`` in ms: the smallest interval we can send at, the
+            interval we want to receive at (0: none).
+        host: the CONNECT ``host`` header (the virtual host). ``"/"`` by default,
+            which RabbitMQ reads as its default vhost and ActiveMQ and Artemis
+            ignore; ``None`` leaves the header out (STOMP 1.1+ requires it).
+        login, passcode: credentials, sent as ``login``/``passcode``.
+        connect_headers: more CONNECT headers.
+        client_id: the CONNECT ``client-id`` header: the identity ActiveMQ Classic
+            and Artemis keep durable subscriptions under.
+        use_stomp_command: send ``STOMP`` instead of ``CONNECT`` (1.1+ only).
 
     ConfigurationError, when made, for an offer no broker could accept.
     """
