@@ -12,21 +12,19 @@ a refused call (``LocalProtocolError``) leaves nothing half-sent.
 The session moves through the states of :data:`TRANSITIONS`, a table kept in
 ``_protocol_states.py`` (the h11 way): a frame or call not listed for the
 current state is refused, and this class is the one object that moves the
-state. Receipt, subscription and transaction ids come from counters (a counter
-is cheaper than a uuid and unique within a connection, which is all STOMP
-asks). Heart-beat arithmetic is here too; the time itself is passed in by the
-caller (seconds, any monotonic clock).
+state. Ids come from counters (cheaper than a uuid and unique within a
+connection, which is all STOMP asks). The time is passed in by the caller.
 
-Its parts, each in a module of its own: the rules as pure functions
-(``_protocol_rules.py``: versions, heart-beat negotiation, escaping, option
-checks), the encoding of the frames it decided to send (``_protocol_encoder.py``:
-:class:`FrameEncoder`, with the headers of the negotiated broker), and the
-broker's ERRORs read as exceptions (``_protocol_errors.py``). The per-message
-paths (the common SEND, the 1.2 ACK, a MESSAGE in) stay here, inline.
-
-The events it returns (:class:`Connected`, :class:`Message`, :class:`ReceiptReceived`,
-:class:`ErrorReceived`) are defined in ``_events.py`` and importable from here too.
-Nothing here or there imports anyio, asyncio, socket or time: a test enforces it.
+Its parts, each in a module of its own and owned by the session: the rules as
+pure functions (``_protocol_rules.py``), the CONNECT offer and what CONNECTED
+settles (``_protocol_handshake.py``), the open subscriptions and what an ACK or
+NACK names (``_protocol_subscriptions.py``), the open transactions
+(``_protocol_transactions.py``), the encoding of the frames it decided to send
+(``_protocol_encoder.py``) and the broker's ERRORs read as exceptions
+(``_protocol_errors.py``). The per-message paths (the common SEND, the 1.2 ACK,
+a MESSAGE in) stay here, inline. The events it returns are defined in
+``_events.py`` and importable from here too. Nothing here or there imports
+anyio, asyncio, socket or time: a test enforces it.
 """
 
 from __future__ import annotations
@@ -406,20 +404,14 @@ class StompProtocol:
         subscription's MESSAGEs become (the blocking client's SyncMessage, whose ``ack()``
         blocks); default :class:`Message` and :class:`OversizedMessage`.
 
-        ``prefetch``: at most this many unacknowledged messages in flight, asked
-        in the header this broker reads (:func:`prefetch_headers`), unless
-        ``headers`` name one of :data:`PREFETCH_HEADERS`. On Artemis a
-        ``/queue/`` or ``/topic/`` destination gets its ``subscription-type``
-        unless ``headers`` set it or ``routing_headers`` is off.
-
-        ``durable``: a durable subscription of this name, in the headers this
-        broker reads (:func:`durable_headers`; headers the caller set win); its
-        id is the name. Refused (ConfigurationError) on a broker that needs a
-        ``client-id`` (:data:`DURABLE_NEEDS_CLIENT_ID`) when the session has none.
-
-        A ``selector`` header is refused (ConfigurationError) on a broker that
-        ignores it (:data:`SELECTOR_IGNORED`: RabbitMQ), which would deliver
-        every message of the destination.
+        ``prefetch`` (at most this many unacknowledged messages in flight) and
+        ``durable`` (a durable subscription of this name, which is its id) are asked
+        in the headers this broker reads, with Artemis's routing type
+        (:meth:`FrameEncoder.subscribe`; headers the caller set win). Refused
+        (ConfigurationError): ``durable`` on a broker that needs a ``client-id``
+        the session lacks (:func:`check_durable`), and a ``selector`` header on a
+        broker that ignores it (:data:`SELECTOR_IGNORED`: RabbitMQ), which would
+        deliver every message of the destination.
         """
         self._check("SUBSCRIBE")
         check_destination(destination)
@@ -450,10 +442,7 @@ class StompProtocol:
 
         A durable subscription stays on the broker (its messages wait for the
         next subscriber of that name) unless ``forget``: then the bytes delete it
-        too, in the headers this broker reads (:func:`forget_headers`). ActiveMQ
-        Classic refuses to delete a durable subscription that still has a consumer
-        ("Durable consumer is in use"), so there the bytes are two frames: a plain
-        UNSUBSCRIBE, then the one that deletes (the receipt, if any, is on it).
+        too, as this broker needs (:meth:`FrameEncoder.unsubscribe`).
         """
         self._check("UNSUBSCRIBE")
         name = self._subscriptions.durable_name(subscription, forget)
