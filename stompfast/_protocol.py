@@ -33,8 +33,6 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ._brokers import (
     ARTEMIS_TX_ACK,
-    DURABLE_NEEDS_CLIENT_ID,
-    ERRORS_THAT_KEEP_THE_SESSION,
     PREFETCH_HEADERS,
     check_durable,
     check_message_options,
@@ -75,8 +73,6 @@ from .frames import Frame
 
 __all__ = [
     "ACK_MODES",
-    "ERRORS_THAT_KEEP_THE_SESSION",
-    "DURABLE_NEEDS_CLIENT_ID",
     "PREFETCH_HEADERS",
     "SUPPORTED_VERSIONS",
     "TRANSITIONS",
@@ -115,6 +111,8 @@ class StompProtocol:
             (:func:`default_persistent`): None, ``persistent:true`` on every
             ``/queue/`` destination; True, on every SEND; False, on none (the
             brokers' default: not persistent).
+        routing_headers: on Artemis, /queue/ and /topic/ get their routing-type
+            headers (ANYCAST, MULTICAST).
     """
 
     def __init__(
@@ -140,15 +138,11 @@ class StompProtocol:
             versions=versions, heart_beat=heart_beat, host=host, login=login, passcode=passcode,
             connect_headers=connect_headers, client_id=client_id, use_stomp_command=use_stomp_command,
         )
-        #: on Artemis, /queue/ and /topic/ get their routing-type headers (ANYCAST, MULTICAST)
-        self.routing_headers = routing_headers
         check_persistent(persistent)
-        #: the client's persistent= option: which SENDs get persistent:true when they do not say
-        self.persistent = persistent
         #: the broker named by CONNECTED's server header (broker_of), once connected
         self.broker: Optional[str] = None
-        # The encoder writes every frame but the per-message ones; it learns the broker and the
-        # escaping to use at CONNECTED, from _connected.
+        # The encoder writes every frame but the per-message ones, and keeps persistent= and
+        # routing_headers=; it learns the broker and the escaping to use at CONNECTED.
         self._encoder = FrameEncoder(persistent=persistent, routing_headers=routing_headers)
         self.state = SessionState.IDLE
         self._send_heads: Dict[Tuple[str, Optional[str]], bytes] = {}
