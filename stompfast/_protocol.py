@@ -13,7 +13,8 @@ The session moves through the states of :data:`TRANSITIONS`, a table kept in
 ``_protocol_states.py`` (the h11 way): a frame or call not listed for the
 current state is refused, and this class is the one object that moves the
 state. Ids come from counters (cheaper than a uuid and unique within a
-connection, which is all STOMP asks). The time is passed in by the caller.
+connection, which is all STOMP asks). Heart-beat arithmetic is here too; the
+time itself is passed in by the caller (seconds, any monotonic clock).
 
 Its parts, each in a module of its own and owned by the session: the rules as
 pure functions (``_protocol_rules.py``), the CONNECT offer and what CONNECTED
