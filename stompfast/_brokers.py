@@ -179,17 +179,28 @@ def forget_headers(broker: Optional[str], name: str) -> Dict[str, str]:
     return {"durable": "true", "activemq.subscriptionName": name, "durable-subscription-name": name}
 
 
-def check_durable(durable: Any, id: Optional[str]) -> None:
-    """Refuse a durable name that is not a non-empty str, or an ``id`` that differs from it.
+def check_durable(
+    durable: Any, id: Optional[str], broker: Optional[str], server: Optional[str], client_id: Optional[str]
+) -> None:
+    """Refuse a durable name that is not a non-empty str, an ``id`` that differs from it, or a missing client-id.
 
     The subscription id of a durable subscription is its name: RabbitMQ names the
-    durable queue after the id, so only the same id finds the queue again.
+    durable queue after the id, so only the same id finds the queue again. A
+    ``broker`` of :data:`DURABLE_NEEDS_CLIENT_ID` (``server`` names it in the
+    message) needs the connection's ``client_id``; before CONNECTED, with no
+    broker known, only the name is checked.
     """
     if not isinstance(durable, str) or not durable:
         raise ConfigurationError(f"durable must be a non-empty str (the subscription's name), not {durable!r}")
     if id is not None and id != durable:
         raise ConfigurationError(
             f"a durable subscription's id is its name: id={id!r} differs from durable={durable!r} (leave id out)"
+        )
+    if client_id is None and broker in DURABLE_NEEDS_CLIENT_ID:
+        raise ConfigurationError(
+            f"a durable subscription on {server or broker} needs a client identity: create the"
+            " client with client_id=... (the broker keeps the subscription under it, and a later"
+            " connection with the same client_id finds it again)"
         )
 
 

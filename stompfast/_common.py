@@ -1,4 +1,4 @@
-"""Small things the client's parts share: loggers, the retryable errors, body encoding, error copies."""
+"""Small things the client's parts share: loggers, the retryable errors, body encoding, error copies and texts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ from typing import Any, Optional, Tuple
 from ._config import Endpoint
 from .errors import ConnectError, ConnectionLostError, RemoteProtocolError, ServerError, StompTimeout
 
-__all__ = ["RETRYABLE", "TEXT_CONTENT_TYPE", "body_bytes", "conn_log", "copy_error", "log", "reconnect_log", "where"]
+__all__ = [
+    "RETRYABLE", "TEXT_CONTENT_TYPE", "body_bytes", "conn_log", "copy_error", "describe_error", "log", "reconnect_log",
+    "where",
+]
 
 log = logging.getLogger("stompfast")
 #: Connections: connected, a connect that failed, a session lost, closed (INFO / WARNING).
@@ -51,3 +54,29 @@ def copy_error(error: BaseException) -> BaseException:
         return fresh
     except Exception:  # pragma: no cover - an exotic error that will not copy
         return error
+
+
+def describe_error(exc: Optional[BaseException]) -> str:
+    """What went wrong, for a person: ``exc``'s ``strerror`` or message, else that of the OSError behind it.
+
+    On trio, anyio raises a ``BrokenResourceError`` with no message ``from`` the
+    ``ConnectionResetError``: the first OSError with a ``strerror`` along the
+    ``__cause__``/``__context__`` chain says what happened ("Connection reset by
+    peer"), as asyncio's exception does directly. Only the type's name is left
+    when nothing says more.
+    """
+    if exc is None:
+        return "the connection is closed"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    message = str(exc)
+    if message:
+        return message
+    seen = {id(exc)}
+    link = exc.__cause__ or exc.__context__
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if isinstance(link, OSError) and link.strerror:
+            return link.strerror
+        link = link.__cause__ or link.__context__
+    return type(exc).__name__

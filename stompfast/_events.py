@@ -12,7 +12,9 @@ from typing import Any, Awaitable, Mapping, Optional, Tuple, Union
 from .errors import AlreadySettledError, LocalProtocolError, MessageTooLargeError, ServerError
 from .frames import Frame
 
-__all__ = ["Connected", "ErrorReceived", "Event", "Message", "OversizedMessage", "ReceiptReceived"]
+__all__ = [
+    "Connected", "ErrorReceived", "Event", "Message", "OversizedMessage", "ReceiptReceived", "message_or_oversized",
+]
 
 
 class Connected:
@@ -255,6 +257,18 @@ class OversizedMessage(Message):
             f"<OversizedMessage {self.message_id!r} on {self.destination!r} via {self.subscription!r}:"
             f" {self.size} bytes skipped>"
         )
+
+
+def message_or_oversized(
+    frame: Frame, subscription: str, message_id: Optional[str], ack_id: Optional[str], session: Any
+) -> Message:
+    """The event of a MESSAGE in a feed that skipped a frame: an OversizedMessage for the skipped one.
+
+    The session builds the events of other feeds with :class:`Message` itself, with no
+    test per message: only a feed that skipped a frame can hold one to deliver unread.
+    """
+    cls = Message if type(frame) is Frame else OversizedMessage
+    return cls(frame, subscription, message_id, ack_id, session)
 
 
 Event = Union[Connected, Message, ReceiptReceived, ErrorReceived]

@@ -30,13 +30,13 @@ from typing import Any, Callable, Dict, List, Optional
 
 import anyio
 
-from ._common import conn_log
+from ._common import conn_log, describe_error
 from ._framelog import frame_log
 from ._protocol import ErrorReceived, Message, ReceiptReceived, SessionState, StompProtocol
 from ._receipt import PendingReceipt
 from ._stats import RttHistogram
 from ._subscription import Inlet
-from ._transport import READ_SIZE, AsyncioTransport, StompTransport, describe_error
+from ._transport import READ_SIZE, AsyncioTransport, StompTransport
 from .errors import (
     ClientClosedError,
     ConnectionLostError,

@@ -32,13 +32,13 @@ from ._protocol import Connected, ErrorReceived, Message, StompProtocol
 from ._receipt import PendingReceipt, ReceiptRegistry
 from ._stats import ClientStats, Counters
 from ._subscription import Inlet
+from ._tls import client_ssl_context
 from ._transport import (
     READ_SIZE,
     AsyncioTransport,
     StompTransport,
     TrioTransport,
     WebSocketSpec,
-    client_ssl_context,
     open_transport,
 )
 from .errors import (

@@ -12,42 +12,48 @@ a refused call (``LocalProtocolError``) leaves nothing half-sent.
 The session moves through the states of :data:`TRANSITIONS`, a table kept in
 ``_protocol_states.py`` (the h11 way): a frame or call not listed for the
 current state is refused, and this class is the one object that moves the
-state. Receipt, subscription and transaction ids come from counters (a counter
-is cheaper than a uuid and unique within a connection, which is all STOMP
-asks). Heart-beat arithmetic is here too; the time itself is passed in by the
-caller (seconds, any monotonic clock).
+state. Ids come from counters (cheaper than a uuid and unique within a
+connection, which is all STOMP asks). Heart-beat arithmetic is here too; the
+time itself is passed in by the caller (seconds, any monotonic clock).
 
-Its parts, each in a module of its own: the rules as pure functions
-(``_protocol_rules.py``: versions, heart-beat negotiation, escaping, option
-checks), the encoding of the frames it decided to send (``_protocol_encoder.py``:
-:class:`FrameEncoder`, with the headers of the negotiated broker), and the
-broker's ERRORs read as exceptions (``_protocol_errors.py``). The per-message
-paths (the common SEND, the 1.2 ACK, a MESSAGE in) stay here, inline.
-
-The events it returns (:class:`Connected`, :class:`Message`, :class:`ReceiptReceived`,
-:class:`ErrorReceived`) are defined in ``_events.py`` and importable from here too.
-Nothing here or there imports anyio, asyncio, socket or time: a test enforces it.
+Its parts, each in a module of its own and owned by the session: the rules as
+pure functions (``_protocol_rules.py``), the CONNECT offer and what CONNECTED
+settles (``_protocol_handshake.py``), the open subscriptions and what an ACK or
+NACK names (``_protocol_subscriptions.py``), the open transactions
+(``_protocol_transactions.py``), the encoding of the frames it decided to send
+(``_protocol_encoder.py``) and the broker's ERRORs read as exceptions
+(``_protocol_errors.py``). The per-message paths (the common SEND, the 1.2 ACK,
+a MESSAGE in) stay here, inline. The events it returns are defined in
+``_events.py`` and importable from here too. Nothing here or there imports
+anyio, asyncio, socket or time: a test enforces it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ._brokers import (
     ARTEMIS_TX_ACK,
-    DURABLE_NEEDS_CLIENT_ID,
-    ERRORS_THAT_KEEP_THE_SESSION,
     PREFETCH_HEADERS,
-    broker_of,
     check_durable,
     check_message_options,
     check_selector,
     message_option_headers,
 )
 from ._common import copy_error
-from ._events import ACK_QUEUED, Connected, ErrorReceived, Event, Message, OversizedMessage, ReceiptReceived
-from ._protocol_encoder import FrameEncoder, check_without_length, connect_headers, send_headers
+from ._events import (
+    ACK_QUEUED,
+    Connected,
+    ErrorReceived,
+    Event,
+    Message,
+    OversizedMessage,
+    ReceiptReceived,
+    message_or_oversized,
+)
+from ._protocol_encoder import FrameEncoder, check_without_length, send_headers
 from ._protocol_errors import BrokerErrors, error_keeps_session, server_error
+from ._protocol_handshake import Handshake
 from ._protocol_rules import (
     ACK_MODES,
     MAX_HEART_BEAT_MS,
@@ -55,23 +61,19 @@ from ._protocol_rules import (
     add_settle_headers,
     check_ack_mode,
     check_destination,
-    check_heart_beat,
     check_persistent,
-    check_versions,
     escape_12,
-    escaping_rules,
     negotiate_heart_beat,
-    with_client_id,
 )
 from ._protocol_states import ALLOWED, TRANSITIONS, SessionState
-from ._scanner import FrameScanner, encode_frame
-from .errors import ConfigurationError, LocalProtocolError, RemoteProtocolError, ServerError, StaleMessageError
+from ._protocol_subscriptions import Subscriptions
+from ._protocol_transactions import Transactions
+from ._scanner import FrameScanner
+from .errors import LocalProtocolError, RemoteProtocolError, ServerError
 from .frames import Frame
 
 __all__ = [
     "ACK_MODES",
-    "ERRORS_THAT_KEEP_THE_SESSION",
-    "DURABLE_NEEDS_CLIENT_ID",
     "PREFETCH_HEADERS",
     "SUPPORTED_VERSIONS",
     "TRANSITIONS",
@@ -92,14 +94,6 @@ __all__ = [
 _SEND_HEADS_MAX = 1024
 
 
-def _message_or_oversized(
-    frame: Frame, subscription: str, message_id: Optional[str], ack_id: Optional[str], session: Any
-) -> Message:
-    """The event of a MESSAGE in a feed that skipped a frame: an OversizedMessage for the skipped one."""
-    cls = Message if type(frame) is Frame else OversizedMessage
-    return cls(frame, subscription, message_id, ack_id, session)
-
-
 # -- the session ------------------------------------------------------------------------
 
 
@@ -107,17 +101,8 @@ class StompProtocol:
     """One STOMP client session over one connection, without I/O.
 
     Args:
-        host: the CONNECT ``host`` header (the virtual host). ``"/"`` by default,
-            which RabbitMQ reads as its default vhost and ActiveMQ and Artemis
-            ignore; ``None`` leaves the header out (STOMP 1.1+ requires it).
-        login, passcode: credentials, sent as ``login``/``passcode``.
-        versions: the versions to offer, preferred last as the spec orders them.
-        heart_beat: ``(cx, cy)`` in ms: the smallest interval we can send at, the
-            interval we want to receive at (0: none).
-        connect_headers: more CONNECT headers.
-        client_id: the CONNECT ``client-id`` header: the identity ActiveMQ Classic
-            and Artemis keep durable subscriptions under.
-        use_stomp_command: send ``STOMP`` instead of ``CONNECT`` (1.1+ only).
+        host, login, passcode, versions, heart_beat, connect_headers, client_id,
+            use_stomp_command: what the CONNECT offers (:class:`Handshake` has each).
         max_frame_bytes, max_headers, max_header_bytes: the scanner's limits.
         skip_oversized: a MESSAGE over ``max_frame_bytes`` with ``content-length``
             is skipped unread and delivered as an :class:`OversizedMessage`
@@ -127,6 +112,8 @@ class StompProtocol:
             (:func:`default_persistent`): None, ``persistent:true`` on every
             ``/queue/`` destination; True, on every SEND; False, on none (the
             brokers' default: not persistent).
+        routing_headers: on Artemis, /queue/ and /topic/ get their routing-type
+            headers (ANYCAST, MULTICAST).
     """
 
     def __init__(
@@ -147,26 +134,16 @@ class StompProtocol:
         client_id: Optional[str] = None,
         persistent: Optional[bool] = None,
     ) -> None:
-        self.versions = check_versions(versions)
-        self.requested_heart_beat = check_heart_beat(heart_beat)
-        if use_stomp_command and self.versions == ("1.0",):
-            raise ConfigurationError("the STOMP command needs version 1.1 or later; 1.0 brokers only know CONNECT")
-        self.host = host
-        self.login = login
-        self.passcode = passcode
-        self.connect_headers = with_client_id(connect_headers, client_id)
-        #: the connection's client-id (client_id=, or connect_headers'), or None
-        self.client_id: Optional[str] = self.connect_headers.get("client-id")
-        self.use_stomp_command = use_stomp_command
-        #: on Artemis, /queue/ and /topic/ get their routing-type headers (ANYCAST, MULTICAST)
-        self.routing_headers = routing_headers
+        # What the CONNECT offers, checked now: a bad option fails here, not at connect time.
+        self._handshake = Handshake(
+            versions=versions, heart_beat=heart_beat, host=host, login=login, passcode=passcode,
+            connect_headers=connect_headers, client_id=client_id, use_stomp_command=use_stomp_command,
+        )
         check_persistent(persistent)
-        #: the client's persistent= option: which SENDs get persistent:true when they do not say
-        self.persistent = persistent
         #: the broker named by CONNECTED's server header (broker_of), once connected
         self.broker: Optional[str] = None
-        # The encoder writes every frame but the per-message ones; it learns the broker and the
-        # escaping to use at CONNECTED, from _connected.
+        # The encoder writes every frame but the per-message ones, and keeps persistent= and
+        # routing_headers=; it learns the broker and the escaping to use at CONNECTED.
         self._encoder = FrameEncoder(persistent=persistent, routing_headers=routing_headers)
         self.state = SessionState.IDLE
         self._send_heads: Dict[Tuple[str, Optional[str]], bytes] = {}
@@ -191,15 +168,8 @@ class StompProtocol:
         # The scanner's count of SkippedFrames already made OversizedMessages
         self._skipped = 0
         self._receipts = 0
-        # Id -> ack mode
-        self._subscriptions: Dict[str, str] = {}
-        # Id -> durable name, for the durable ones
-        self._durable: Dict[str, str] = {}
-        # Subscription id -> (message class, oversized class), for those that asked for their own
-        self._message_classes: Dict[str, Tuple[type, type]] = {}
-        self._next_sub = 0
-        self._next_tx = 0
-        self._transactions: Set[str] = set()
+        self._subscriptions = Subscriptions()
+        self._transactions = Transactions()
         self.disconnect_receipt: Optional[str] = None
         # The ERROR that ended the session, and the ERRORs the broker sent after it
         self._errors = BrokerErrors()
@@ -274,12 +244,7 @@ class StompProtocol:
     def connect(self) -> bytes:
         """The CONNECT (or STOMP) frame that opens the session."""
         self._check("CONNECT")
-        headers = connect_headers(
-            self.versions, self.host, self.login, self.passcode, self.requested_heart_beat, self.connect_headers
-        )
-        command = "STOMP" if self.use_stomp_command else "CONNECT"
-        # CONNECT is never escaped on any version
-        data = encode_frame(command, headers, b"", "1.2")
+        data = self._handshake.frame()
         self._move("CONNECT")
         return data
 
@@ -343,7 +308,7 @@ class StompProtocol:
         """The headers of a SEND (ours first, then the caller's) and its receipt id; the encoder adds the broker's."""
         check_destination(destination)
         if transaction is not None:
-            self._check_transaction(transaction)
+            self._transactions.check(transaction)
         receipt_id = self._receipt_id() if receipt else None
         return send_headers(destination, content_type, transaction, receipt_id, headers), receipt_id
 
@@ -434,20 +399,14 @@ class StompProtocol:
         subscription's MESSAGEs become (the blocking client's SyncMessage, whose ``ack()``
         blocks); default :class:`Message` and :class:`OversizedMessage`.
 
-        ``prefetch``: at most this many unacknowledged messages in flight, asked
-        in the header this broker reads (:func:`prefetch_headers`), unless
-        ``headers`` name one of :data:`PREFETCH_HEADERS`. On Artemis a
-        ``/queue/`` or ``/topic/`` destination gets its ``subscription-type``
-        unless ``headers`` set it or ``routing_headers`` is off.
-
-        ``durable``: a durable subscription of this name, in the headers this
-        broker reads (:func:`durable_headers`; headers the caller set win); its
-        id is the name. Refused (ConfigurationError) on a broker that needs a
-        ``client-id`` (:data:`DURABLE_NEEDS_CLIENT_ID`) when the session has none.
-
-        A ``selector`` header is refused (ConfigurationError) on a broker that
-        ignores it (:data:`SELECTOR_IGNORED`: RabbitMQ), which would deliver
-        every message of the destination.
+        ``prefetch`` (at most this many unacknowledged messages in flight) and
+        ``durable`` (a durable subscription of this name, which is its id) are asked
+        in the headers this broker reads, with Artemis's routing type
+        (:meth:`FrameEncoder.subscribe`; headers the caller set win). Refused
+        (ConfigurationError): ``durable`` on a broker that needs a ``client-id``
+        the session lacks (:func:`check_durable`), and a ``selector`` header on a
+        broker that ignores it (:data:`SELECTOR_IGNORED`: RabbitMQ), which would
+        deliver every message of the destination.
         """
         self._check("SUBSCRIBE")
         check_destination(destination)
@@ -457,19 +416,11 @@ class StompProtocol:
         if durable is not None:
             self.check_durable(durable, id)
             id = durable
-        if id is None:
-            self._next_sub += 1
-            id = str(self._next_sub)
-        elif id in self._subscriptions:
-            raise LocalProtocolError(f"subscription id {id!r} is already in use on this connection")
+        id = self._subscriptions.new_id(id)
         h: Dict[str, Any] = {"destination": destination, "id": id, "ack": ack}
         receipt_id = self._finish(h, receipt, headers)
         data = self._encoder.subscribe(h, destination, prefetch, durable)
-        self._subscriptions[id] = ack
-        if durable is not None:
-            self._durable[id] = durable
-        if message_classes is not None:
-            self._message_classes[id] = message_classes
+        self._subscriptions.opened(id, ack, durable, message_classes)
         return data, id, receipt_id
 
     def check_durable(self, durable: Any, id: Optional[str] = None) -> None:
@@ -477,13 +428,7 @@ class StompProtocol:
 
         Before CONNECTED the broker is not known yet and only the name is checked.
         """
-        check_durable(durable, id)
-        if self.client_id is None and self.broker in DURABLE_NEEDS_CLIENT_ID:
-            raise ConfigurationError(
-                f"a durable subscription on {self.server or self.broker} needs a client identity: create the"
-                " client with client_id=... (the broker keeps the subscription under it, and a later"
-                " connection with the same client_id finds it again)"
-            )
+        check_durable(durable, id, self.broker, self.server, self._handshake.client_id)
 
     def unsubscribe(
         self, subscription: str, *, receipt: bool = False, forget: bool = False
@@ -492,26 +437,17 @@ class StompProtocol:
 
         A durable subscription stays on the broker (its messages wait for the
         next subscriber of that name) unless ``forget``: then the bytes delete it
-        too, in the headers this broker reads (:func:`forget_headers`). ActiveMQ
-        Classic refuses to delete a durable subscription that still has a consumer
-        ("Durable consumer is in use"), so there the bytes are two frames: a plain
-        UNSUBSCRIBE, then the one that deletes (the receipt, if any, is on it).
+        too, as this broker needs (:meth:`FrameEncoder.unsubscribe`).
         """
         self._check("UNSUBSCRIBE")
-        if subscription not in self._subscriptions:
-            raise LocalProtocolError(f"no subscription {subscription!r} on this connection")
-        name = self._durable.get(subscription)
-        if forget and name is None:
-            raise LocalProtocolError(f"subscription {subscription!r} is not durable: there is nothing to forget")
+        name = self._subscriptions.durable_name(subscription, forget)
         receipt_id = self._receipt_id() if receipt else None
-        data = self._encoder.unsubscribe(subscription, name if forget else None, receipt_id)
-        del self._subscriptions[subscription]
-        self._durable.pop(subscription, None)
-        self._message_classes.pop(subscription, None)
+        data = self._encoder.unsubscribe(subscription, name, receipt_id)
+        self._subscriptions.closed(subscription)
         return data, receipt_id
 
     def ack_mode(self, subscription: str) -> Optional[str]:
-        return self._subscriptions.get(subscription)
+        return self._subscriptions.modes.get(subscription)
 
     def check_ack(self, message: Message) -> None:
         """Raise what an ACK of ``message`` would be refused with on this session; send nothing."""
@@ -525,41 +461,13 @@ class StompProtocol:
     def ack_headers(self, command: str, message: Message, transaction: Optional[str]) -> Dict[str, str]:
         """The headers of an ACK or NACK (``command``) of ``message``, or what refuses it.
 
-        StaleMessageError for a message of another session, LocalProtocolError for a
-        subscription that is gone or in ``auto`` mode or a transaction not open,
-        RemoteProtocolError for a message without the id header the ACK must name.
+        :meth:`Subscriptions.settle_headers` names the message or refuses it; here,
+        LocalProtocolError for a transaction that is not open or that the broker ignores.
         """
-        if message.session is not self:
-            raise StaleMessageError(
-                f"message {message.message_id!r} was delivered on an earlier session; the broker redelivers"
-                " unacknowledged messages of a lost session, so this " + command + " was not sent"
-            )
-        mode = self._subscriptions.get(message.subscription)
-        if mode is None:
-            raise LocalProtocolError(
-                f"cannot {command} message {message.message_id!r}: its subscription {message.subscription!r} is gone"
-            )
-        if mode == "auto":
-            raise LocalProtocolError(
-                f"cannot {command} message {message.message_id!r}: subscription {message.subscription!r} uses"
-                " ack mode auto, where the broker needs no acknowledgement"
-            )
+        h = self._subscriptions.settle_headers(command, message, self, self.version)
         if transaction is not None:
             self.check_transactional_settle(command)
-        # STOMP 1.2: "The ACK frame MUST include an id header matching the ack header of the
-        # MESSAGE being acknowledged"; 1.1: message-id and subscription; 1.0: message-id.
-        if self.version == "1.2":
-            if message.ack_id is None:
-                raise RemoteProtocolError(f"the broker sent message {message.message_id!r} without an ack header")
-            h = {"id": message.ack_id}
-        else:
-            if message.message_id is None:
-                raise RemoteProtocolError("the broker sent a MESSAGE without a message-id header")
-            h = {"message-id": message.message_id}
-            if self.version == "1.1":
-                h["subscription"] = message.subscription
-        if transaction is not None:
-            self._check_transaction(transaction)
+            self._transactions.check(transaction)
             h["transaction"] = transaction
         return h
 
@@ -594,7 +502,7 @@ class StompProtocol:
             self._ack_header
             and message.session is self
             and "ACK" in self._allowed
-            and self._subscriptions.get(message.subscription, "auto") != "auto"
+            and self._subscriptions.modes.get(message.subscription, "auto") != "auto"
         ):
             ack_id = message.ack_id
             if ack_id is not None:
@@ -609,7 +517,9 @@ class StompProtocol:
                 return b"ACK\nid:%s\n\n\0" % ack_id.encode("utf-8")
         if "ACK" not in self._allowed:
             self._check("ACK")
-        h = self.ack_headers("ACK", message, None)
+        # Not through ack_headers, which would add a call per ACK on 1.0 and 1.1 sessions: with no
+        # transaction, settle_headers is all that ack_headers does.
+        h = self._subscriptions.settle_headers("ACK", message, self, self.version)
         message.claim_settle("ACK", queued=True)
         return self._encoder.encode("ACK", h)
 
@@ -635,31 +545,23 @@ class StompProtocol:
         message.claim_settle("NACK")
         return data, receipt_id
 
-    def _check_transaction(self, transaction: str) -> None:
-        if transaction not in self._transactions:
-            raise LocalProtocolError(f"no open transaction {transaction!r} on this connection")
-
     def begin(self, transaction: Optional[str] = None, *, receipt: bool = False) -> Tuple[bytes, str, Optional[str]]:
         """A BEGIN frame; returns ``(bytes, transaction_id, receipt_id)``."""
         self._check("BEGIN")
-        if transaction is None:
-            self._next_tx += 1
-            transaction = f"tx{self._next_tx}"
-        elif transaction in self._transactions:
-            raise LocalProtocolError(f"transaction {transaction!r} is already open")
+        transaction = self._transactions.new_id(transaction)
         h: Dict[str, Any] = {"transaction": transaction}
         receipt_id = self._finish(h, receipt)
         data = self._encoder.encode("BEGIN", h)
-        self._transactions.add(transaction)
+        self._transactions.opened(transaction)
         return data, transaction, receipt_id
 
     def _end(self, command: str, transaction: str, receipt: bool) -> Tuple[bytes, Optional[str]]:
         self._check(command)
-        self._check_transaction(transaction)
+        self._transactions.check(transaction)
         h: Dict[str, Any] = {"transaction": transaction}
         receipt_id = self._finish(h, receipt)
         data = self._encoder.encode(command, h)
-        self._transactions.discard(transaction)
+        self._transactions.ended(transaction)
         return data, receipt_id
 
     def commit(self, transaction: str, *, receipt: bool = False) -> Tuple[bytes, Optional[str]]:
@@ -758,9 +660,9 @@ class StompProtocol:
         append = events.append
         # Only a feed that skipped a frame (rare) builds its MESSAGEs through the function that
         # picks the class; every other feed builds Message itself, with no test per message.
-        message = _message_or_oversized if skipping else Message
+        message = message_or_oversized if skipping else Message
         # Subscriptions whose events are of classes of their own (the blocking client's)
-        classes = self._message_classes
+        classes = self._subscriptions.classes
         connected, disconnecting = SessionState.CONNECTED, SessionState.DISCONNECTING
         for frame in frames:
             command = frame[0]
@@ -808,34 +710,32 @@ class StompProtocol:
                     append(ErrorReceived(server_error(frame, connecting), ends_session=False))
                     continue
                 self._move("<ERROR")
-                self._errors.end(frame, connecting)
-                # The connection ends here: of the later frames only ERRORs count
-                after = next(i for i, f in enumerate(frames) if f is frame) + 1
-                self._errors.fold(frames[after:])
-                append(ErrorReceived(self._errors.error))  # type: ignore[arg-type]  # (set above)
+                # The connection ends here: of the later frames only ERRORs count, and end folds them in
+                append(ErrorReceived(self._errors.end(frame, connecting, frames)))
                 return
             else:
                 raise RemoteProtocolError(f"the broker sent a {command} frame, which only clients send")
 
     def _connected(self, frame: Frame) -> Connected:
-        headers = frame[1]
-        version = headers.get("version", "1.0")
-        if version not in self.versions:
-            self.state = SessionState.FAILED
-            raise RemoteProtocolError(
-                f"the broker chose STOMP {version}, which we did not offer ({', '.join(self.versions)})"
-            )
-        self.version = version
+        # A refused CONNECTED raises before any field changes; _events fails the session.
+        settled = self._handshake.settle(frame[1])
+        self.version, self.server, self.broker = settled.version, settled.server, settled.broker
+        self.session, self.heart_beat = settled.session, settled.heart_beat
         # STOMP 1.2 acks name the MESSAGE's ack header
-        self._ack_header = version == "1.2"
-        self.server = headers.get("server")
-        self.broker = broker_of(self.server)
-        send_rules, read_rules = escaping_rules(version, self.server)
-        self._encoder.negotiated(send_rules, self.broker)
-        self._scanner.version = read_rules
-        self.session = headers.get("session")
-        self.heart_beat = negotiate_heart_beat(self.requested_heart_beat, headers.get("heart-beat"))
-        return Connected(version, self.server, self.session, self.heart_beat, frame.headers)
+        self._ack_header = settled.version == "1.2"
+        self._encoder.negotiated(settled.send_rules, settled.broker)
+        self._scanner.version = settled.read_rules
+        return Connected(settled.version, settled.server, settled.session, settled.heart_beat, frame.headers)
+
+    @property
+    def versions(self) -> Tuple[str, ...]:
+        """The versions the CONNECT offers, preferred last."""
+        return self._handshake.versions
+
+    @property
+    def client_id(self) -> Optional[str]:
+        """The connection's client-id (``client_id=``, or ``connect_headers``'), or None."""
+        return self._handshake.client_id
 
     @property
     def ending_error(self) -> Optional[ServerError]:

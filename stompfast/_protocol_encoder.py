@@ -11,7 +11,7 @@ Like the protocol core, nothing here imports anyio, asyncio, socket or time.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional
 
 from ._brokers import (
     PREFETCH_HEADERS,
@@ -25,30 +25,7 @@ from ._protocol_rules import check_destination
 from ._scanner import encode_frame
 from .errors import LocalProtocolError
 
-__all__ = ["FrameEncoder", "check_without_length", "connect_headers", "send_headers"]
-
-
-def connect_headers(
-    versions: Tuple[str, ...], host: Optional[str], login: Optional[str], passcode: Optional[str],
-    heart_beat: Tuple[int, int], extra: Mapping[str, str],
-) -> Dict[str, str]:
-    """The headers of a CONNECT (or STOMP) frame: ours first, then ``extra`` where they name no other."""
-    headers: Dict[str, str] = {}
-    if versions != ("1.0",):
-        headers["accept-version"] = ",".join(versions)
-    if host is not None:
-        headers["host"] = host
-    if login is not None:
-        headers["login"] = login
-    if passcode is not None:
-        headers["passcode"] = passcode
-    # Brokers enforce a heart-beat header even when the session settles on 1.0,
-    # so it is sent whenever beats are wanted.
-    if heart_beat != (0, 0):
-        headers["heart-beat"] = "%d,%d" % heart_beat
-    for name, value in extra.items():
-        headers.setdefault(name, value)
-    return headers
+__all__ = ["FrameEncoder", "check_without_length", "send_headers"]
 
 
 def send_headers(

@@ -59,10 +59,17 @@ class BrokerErrors:
         self._later: List[ServerError] = []
         self._more = 0
 
-    def end(self, frame: Frame, connecting: bool) -> None:
-        """Record the ERROR ``frame`` that ended the session; later ERRORs are folded in from now on."""
-        self.ending = server_error(frame, connecting)
+    def end(self, frame: Frame, connecting: bool, frames: Sequence[Frame]) -> ServerError:
+        """Record the ERROR ``frame`` that ended the session; return :attr:`error`.
+
+        ``frames``: the feed that brought ``frame``; the ERRORs after it are folded in
+        now, and those of later feeds by :meth:`fold`.
+        """
+        self.ending = ending = server_error(frame, connecting)
         self.reading = True
+        after = next(i for i, f in enumerate(frames) if f is frame) + 1
+        self.fold(frames[after:])
+        return self.error or ending
 
     def stop_reading(self) -> None:
         """A framing fault came after the ending ERROR: nothing after it can be read."""

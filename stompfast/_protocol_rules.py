@@ -3,7 +3,8 @@
 Which versions exist, how heart-beats are negotiated, which header escaping a
 session writes and reads, what a client option or a destination must be, and
 which ACK and NACK headers are the client's own. :class:`~stompfast._protocol.StompProtocol`
-holds the state and calls these; nothing here keeps any. Like the protocol
+and its parts hold the state and call these (the negotiation ones from
+``_protocol_handshake.py``); nothing here keeps any. Like the protocol
 core, nothing here imports anyio, asyncio, socket or time.
 """
 

@@ -22,12 +22,11 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 import anyio
 import anyio.lowlevel
 
-from ._common import RETRYABLE, conn_log, log, reconnect_log, where
+from ._common import RETRYABLE, conn_log, describe_error, log, reconnect_log, where
 from ._config import Endpoint
 from ._link import Link, Lost
 from ._reconnect import ConnectionEvent, ReconnectPolicy
 from ._stats import Counters
-from ._transport import describe_error
 from .errors import ClientClosedError, ConnectError
 
 __all__ = ["Supervisor"]

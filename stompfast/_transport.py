@@ -24,7 +24,8 @@ server_hostname=...)`` (push mode works unchanged); on trio the anyio stream is
 a ``TLSStream`` (``tls_standard_compatible=False``: brokers often close without
 a TLS close_notify). An ``ssl.SSLError`` during the handshake (a refused
 certificate, a host name mismatch, a plain-TCP port) becomes
-:class:`~stompfast.TLSError`. WebSocket (``_websocket``) is a layer between the
+:class:`~stompfast.TLSError` (``_tls.py`` says which, and builds the client's
+SSL context). WebSocket (``_websocket``) is a layer between the
 socket and these same classes; the plain TCP path is not touched by either.
 """
 
@@ -43,43 +44,19 @@ import anyio
 import sniffio
 from anyio.abc import ByteStream
 
+from ._common import describe_error
+from ._tls import tls_error
 from .errors import ConnectError, ConnectionLostError, ConnectTimeout, TLSError
 
+# describe_error is _common's; it is listed here too because the transports' callers (the
+# client) take it from the module whose errors it describes.
 __all__ = [
     "READ_SIZE", "AsyncioTransport", "PushTransport", "StompTransport", "Transport", "WebSocketSpec",
-    "client_ssl_context", "describe_error", "open_transport",
+    "describe_error", "open_transport",
 ]
 
 #: Bytes asked for per read: large reads hand many frames to the scanner at once.
 READ_SIZE = 256 * 1024
-
-
-def client_ssl_context(
-    cafile: Optional[str] = None,
-    certfile: Optional[str] = None,
-    keyfile: Optional[str] = None,
-    password: Optional[str] = None,
-    verify: bool = True,
-) -> ssl.SSLContext:
-    """The SSL context a client connects with: ``ssl.create_default_context``'s, plus what is asked.
-
-    ``cafile`` replaces the system's CAs as the trusted ones; ``certfile`` (with
-    ``keyfile`` and its ``password``) is the client's own certificate. ``verify=False``
-    checks neither the certificate nor the host name (stomp.py's ``set_ssl`` without
-    ``ca_certs``); the protocol versions (TLS 1.2 and later) and ciphers stay the defaults.
-    The client's ``ssl=True`` and the stomp.py layer's ``set_ssl`` both build theirs here.
-    """
-    if verify:
-        context = ssl.create_default_context(cafile=cafile)
-    else:
-        # The default context would load the system's CAs only for nothing to check
-        # against them; PROTOCOL_TLS_CLIENT has the same versions and ciphers without.
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if certfile:
-        context.load_cert_chain(certfile, keyfile or certfile, password)
-    return context
 
 
 class StompTransport(Protocol):
@@ -727,7 +704,7 @@ async def open_transport(
         except TimeoutError as exc:
             raise ConnectTimeout(f"could not connect to {peer}: no answer within {timeout:g} s") from exc
         except ssl.SSLError as exc:
-            raise _tls_error(peer, exc, server_hostname or host) from exc
+            raise tls_error(peer, exc, server_hostname or host) from exc
         except OSError as exc:
             if ssl_context is not None and isinstance(exc, ConnectionResetError):
                 raise TLSError(
@@ -769,7 +746,7 @@ async def open_transport(
     except TimeoutError as exc:
         raise ConnectTimeout(f"could not connect to {peer}: no answer within {timeout:g} s") from exc
     except ssl.SSLError as exc:
-        raise _tls_error(peer, exc, server_hostname or host) from exc
+        raise tls_error(peer, exc, server_hostname or host) from exc
     except (anyio.EndOfStream, anyio.BrokenResourceError) as exc:
         if ssl_context is not None:
             raise TLSError(
@@ -790,51 +767,3 @@ def _nodelay(stream: Any) -> None:
     # Not a TCP socket (tests may pass others)
     except (OSError, anyio.TypedAttributeLookupError):
         pass
-
-
-def _tls_error(peer: str, exc: ssl.SSLError, hostname: str) -> TLSError:
-    """A TLSError naming what failed: the certificate check, or the handshake itself."""
-    verify = getattr(exc, "verify_message", None)
-    reason = getattr(exc, "reason", None)
-    if verify:
-        hint = ""
-        lowered = verify.lower()
-        if "issuer" in lowered or "self-signed" in lowered or "self signed" in lowered:
-            hint = (
-                " (it is not signed by a CA this SSL context trusts: pass ssl=ctx with"
-                " ctx.load_verify_locations(cafile=...) for a private CA)"
-            )
-        elif "mismatch" in lowered:
-            hint = f" (the name checked was {hostname!r}; server_hostname= overrides it)"
-        message = f"TLS handshake with {peer} failed: the broker's certificate was refused: {verify}{hint}"
-    else:
-        what = reason or describe_error(exc)
-        hint = " (is this a TLS port?)" if reason in ("WRONG_VERSION_NUMBER", "UNEXPECTED_EOF_WHILE_READING") else ""
-        message = f"TLS handshake with {peer} failed: {what}{hint}"
-    return TLSError(message, reason=reason, verify_message=verify)
-
-
-def describe_error(exc: Optional[BaseException]) -> str:
-    """What went wrong, for a person: ``exc``'s ``strerror`` or message, else that of the OSError behind it.
-
-    On trio, anyio raises a ``BrokenResourceError`` with no message ``from`` the
-    ``ConnectionResetError``: the first OSError with a ``strerror`` along the
-    ``__cause__``/``__context__`` chain says what happened ("Connection reset by
-    peer"), as asyncio's exception does directly. Only the type's name is left
-    when nothing says more.
-    """
-    if exc is None:
-        return "the connection is closed"
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    message = str(exc)
-    if message:
-        return message
-    seen = {id(exc)}
-    link = exc.__cause__ or exc.__context__
-    while link is not None and id(link) not in seen:
-        seen.add(id(link))
-        if isinstance(link, OSError) and link.strerror:
-            return link.strerror
-        link = link.__cause__ or link.__context__
-    return type(exc).__name__

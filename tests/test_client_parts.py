@@ -34,7 +34,10 @@ PART_MODULES = (
     "_gate", "_subscribing", "_transaction",
 )
 #: the modules the sans-I/O session (StompProtocol) is made of
-PROTOCOL_MODULES = ("_protocol", "_protocol_states", "_protocol_rules", "_protocol_encoder", "_protocol_errors")
+PROTOCOL_MODULES = (
+    "_protocol", "_protocol_states", "_protocol_rules", "_protocol_encoder", "_protocol_errors", "_protocol_handshake",
+    "_protocol_subscriptions", "_protocol_transactions",
+)
 
 
 def _trees(modules=PART_MODULES):

@@ -95,7 +95,7 @@ def test_public_names() -> None:
 #: client); anything else it needs comes from the public API
 SHARED_CORE = {
     ("_link", "not_stomp"), ("_link", "wrong_answer"), ("_protocol", "negotiate_heart_beat"),
-    ("_reconnect", "backoff_delay"), ("_transport", "client_ssl_context"),
+    ("_reconnect", "backoff_delay"), ("_tls", "client_ssl_context"),
 }
 
 

@@ -12,8 +12,11 @@ import stompfast._events as events_module
 import stompfast._protocol as protocol_module
 import stompfast._protocol_encoder as encoder_module
 import stompfast._protocol_errors as errors_module
+import stompfast._protocol_handshake as handshake_module
 import stompfast._protocol_rules as rules_module
 import stompfast._protocol_states as states_module
+import stompfast._protocol_subscriptions as subscriptions_module
+import stompfast._protocol_transactions as transactions_module
 from stompfast import Frame, FrameScanner, encode_frame
 from stompfast._protocol import (
     MAX_HEART_BEAT_MS,
@@ -42,9 +45,10 @@ from stompfast.errors import (
 
 @pytest.mark.parametrize(
     "module",
-    [protocol_module, states_module, rules_module, encoder_module, errors_module, events_module, brokers_module],
-    ids=["_protocol", "_protocol_states", "_protocol_rules", "_protocol_encoder", "_protocol_errors", "_events",
-         "_brokers"],
+    [protocol_module, states_module, rules_module, encoder_module, errors_module, handshake_module,
+     subscriptions_module, transactions_module, events_module, brokers_module],
+    ids=["_protocol", "_protocol_states", "_protocol_rules", "_protocol_encoder", "_protocol_errors",
+         "_protocol_handshake", "_protocol_subscriptions", "_protocol_transactions", "_events", "_brokers"],
 )
 def test_protocol_core_imports_no_io(module):
     # the protocol core is sans-I/O: it never imports anyio, asyncio, socket or time

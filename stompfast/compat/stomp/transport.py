@@ -37,7 +37,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ... import FrameScanner, encode_frame
 from ..._link import not_stomp, wrong_answer
 from ..._reconnect import backoff_delay
-from ..._transport import client_ssl_context
+from ..._tls import client_ssl_context
 from ...errors import ConnectError, ProtocolError
 from . import exception, listener, logging as log, utils
 from .constants import CMD_DISCONNECT, HDR_CONTENT_LENGTH, HDR_HEARTBEAT, HDR_RECEIPT
