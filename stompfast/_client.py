@@ -44,9 +44,11 @@ connection is a new Link), the :class:`~stompfast._supervisor.Supervisor` (the
 broker list and reconnecting) and the :class:`~stompfast._stats.Counters`. This
 module holds the public API, the lifecycle (connect, close, fail; its states
 and their moves are the table of :mod:`._lifecycle`; its endings the table of
-:mod:`._ending`) and sending, a blocking client's thread writing its own SEND or
-ACK included (those checks read the client's state directly: they run once per
-message). The subscriptions and their frames are a
+:mod:`._ending`) and the two per-message paths that read its state directly:
+the plain SEND, inline in :meth:`~AsyncClient.send`, and the common ACK. Every
+other SEND is assembled and queued by a :class:`~stompfast._publishing.Publisher`;
+a blocking client's thread writing its own SEND or ACK is a
+:class:`~stompfast._direct_write.DirectWriter`. The subscriptions and their frames are a
 :class:`~stompfast._subscribing.Subscriptions`, the transactions a
 :class:`~stompfast._transaction.Transactions`; they read the client only through
 its :class:`~stompfast._gate.ClientGate`.
@@ -55,12 +57,10 @@ its :class:`~stompfast._gate.ClientGate`.
 from __future__ import annotations
 
 import inspect
-import itertools
 import logging
 import threading
 import time
 import uuid
-from logging import DEBUG
 from time import monotonic
 from typing import (
     TYPE_CHECKING,
@@ -84,11 +84,11 @@ import anyio.lowlevel
 import sniffio
 
 from ._brokers import broker_of, reply_destination
-from ._common import RETRYABLE, body_bytes, conn_log, copy_error, where
+from ._common import RETRYABLE, conn_log, copy_error, where
 from ._config import Endpoint, check_positive
 from ._consumer import DEFAULT_RETRY, AsyncConsumer, ConsumerSet, OnError, check_consume_options, warn_if_nack_loses
+from ._direct_write import DirectWriter
 from ._ending import ENDINGS, Ending
-from ._framelog import frame_log
 from ._gate import ClientGate
 from ._health import DrainReport, Health
 from ._lifecycle import CLOSED, CLOSING, CONNECTING, FAILED, NEW, OPEN, RECONNECTING, ClientState, advance, describe
@@ -101,7 +101,8 @@ from ._options import (
     tls_options,
 )
 from ._protocol import Message, SessionState
-from ._receipt import PendingReceipt, Receipt, await_receipts
+from ._publishing import Publisher
+from ._receipt import Receipt, await_receipts
 from ._request import ReplyChannel, Requester, reply_to
 from ._stats import ClientStats, Counters
 from ._subscribing import Subscriptions
@@ -250,10 +251,16 @@ class AsyncClient:
         self._registry_lock = threading.Lock()
         # The session acks may go to (the subscriptions' fast stale test).
         self._live = LiveSession()
+        # The SENDs but the plain one, and the waits for room and receipts (a plain SEND is send's own).
+        self._publisher = Publisher(
+            self._current_link, self._is_open, self._is_reconnecting, self._check_open, self._counts
+        )
+        # A blocking client's threads writing their own SEND or ACK, under the registry lock.
+        self._direct = DirectWriter(self._registry_lock, self._thread_writable, self._event_loop)
         # What the session services (subscriptions, transactions) may ask of the client.
         gate = ClientGate(
             self._current_link, self._is_open, self._is_reconnecting, self._has_failed, self._ensure_open,
-            self._check_open, self._queue_when_room,
+            self._check_open, self._publisher.queue_when_room,
         )
         # The subscriptions by id: their inlets outlive a connection (re-subscribed after a reconnect).
         self._subs = Subscriptions(gate, self._counts, self._live, self._queue_ack, self._get_disconnect_timeout)
@@ -270,8 +277,6 @@ class AsyncClient:
         self._error: Optional[BaseException] = None
         # The asyncio loop (None on trio): receipts wait on its futures.
         self._loop: Any = None
-        # Receipt ids "t<n>" of send_from_thread
-        self._thread_receipts = itertools.count(1)
         self._clock: Callable[[], float] = anyio.current_time
         self._via_aenter = False
         # The consume()s (health and drain look at them).
@@ -632,6 +637,18 @@ class AsyncClient:
     def _get_disconnect_timeout(self) -> float:
         return self._disconnect_timeout
 
+    def _event_loop(self) -> Any:
+        return self._loop
+
+    def _thread_writable(self) -> Optional[Link]:
+        """(Under the registry lock.) The link a thread's frame may be written to now as the next on its wire, or None.
+
+        The client's own, open and alive, with nothing queued or being written by
+        the loop and no stall under way (a reconnect installs a new link under this lock).
+        """
+        link = self._link
+        return link if self._state is OPEN and link.may_write_from_thread() else None
+
     def _check_open(self) -> None:
         if self._error is not None:
             raise copy_error(self._error)
@@ -722,20 +739,17 @@ class AsyncClient:
         """
         if self._state is not OPEN:
             await self._ensure_open()
-        link = self._link
-        if ttl is not None or priority is not None or persistent is not None:
-            headers = self.message_headers(headers, ttl, priority, persistent)
-        if type(body) is bytes and headers is None and content_type is None and not receipt and content_length:
-            # the hot path: a plain SEND
+        if (type(body) is bytes and headers is None and content_type is None and not receipt and content_length
+                and ttl is None and priority is None and persistent is None):
+            # The hot path, a plain SEND, stays inline: it pays no call but the encoding and the offer.
+            link = self._link
             data = link.protocol.send_plain(destination, body)
-        else:
-            data, receipt_id = self._encode_send(destination, body, headers, content_type, receipt, content_length)
-            if receipt_id is not None:
-                return await self._send_receipted(data, receipt_id, wait)
-        if not link.offer(data):
-            await self._queue_when_room(data)
-            await self._link.catch_up()
-        return None
+            if not link.offer(data):
+                await self._publisher.queue_past_mark(data)
+            return None
+        return await self._publisher.send(
+            destination, body, headers, content_type, receipt, wait, content_length, ttl, priority, persistent
+        )
 
     def message_headers(
         self, headers: Optional[Mapping[str, Any]], ttl: Optional[float] = None, priority: Optional[int] = None,
@@ -747,44 +761,6 @@ class AsyncClient:
         time to live counted from now; ConfigurationError for a bad value.
         """
         return self._link.protocol.message_headers(headers, ttl, priority, persistent, time.time())
-
-    def _encode_send(
-        self, destination: str, body: Any, headers: Optional[Mapping[str, Any]], content_type: Optional[str],
-        receipt: bool, content_length: bool = True,
-    ) -> Tuple[bytes, Optional[str]]:
-        """The SEND frame of :meth:`send` and its receipt id (the body rules are send's)."""
-        body, content_type = body_bytes(body, content_type)
-        return self._link.protocol.send(
-            destination, body, headers, content_type=content_type, receipt=receipt, content_length=content_length
-        )
-
-    async def _queue_when_room(self, data: bytes) -> None:
-        """Queue ``data`` on the current connection's outbox, waiting first while it holds ``send_buffer_bytes``.
-
-        Raises what :meth:`_check_open` raises when the connection went down (or
-        the client closed) while waiting.
-        """
-        link = self._link
-        if not link.has_room():
-            await link.wait_for_room()
-            self._check_open()
-            # The link may have been replaced meanwhile.
-            link = self._link
-        link.queue(data)
-
-    async def _send_receipted(self, data: bytes, receipt_id: str, wait: bool) -> Receipt:
-        link = self._link
-        pending = link.register(receipt_id)
-        if wait and link.write_first(data):
-            # Nothing queued ahead of it and the caller is about to block: written
-            # from this task (no writer wake-up, no extra loop iteration).
-            await pending.wait()
-            return pending
-        await self._queue_when_room(data)
-        if wait:
-            self._link.write_now()
-            await pending.wait()
-        return pending
 
     def _queue_ack(self, message: Message) -> bool:
         """The common ACK (no receipt, no transaction) queued now; False if that must wait (the caller awaits)."""
@@ -812,26 +788,7 @@ class AsyncClient:
                 is full): ``await send(...)`` instead.
             ClientClosedError, ConnectionLostError, ...: as :meth:`send`.
         """
-        if self._state is not OPEN:
-            if self._state is RECONNECTING:
-                raise anyio.WouldBlock
-            self._check_open()
-        link = self._link
-        if not link.has_room():
-            raise anyio.WouldBlock
-        data, receipt_id = self._encode_send(destination, body, headers, content_type, receipt)
-        if receipt_id is None:
-            if not link.offer(data):
-                # Past the write-through mark: out now, as a sending task would
-                link.queue(data)
-                link.write_now()
-            return None
-        pending = link.register(receipt_id)
-        if link.write_first(data):
-            return pending
-        link.queue(data)
-        link.write_now()
-        return pending
+        return self._publisher.send_nowait(destination, body, headers, content_type, receipt)
 
     def send_from_thread(
         self,
@@ -854,34 +811,7 @@ class AsyncClient:
         Raises LocalProtocolError (and TypeError for a body of another type) as
         :meth:`send` does.
         """
-        link = self._link
-        if not link.threads_may_write():
-            return None
-        body, content_type = body_bytes(body, content_type)
-        with self._registry_lock:
-            if not self._thread_may_write(link):
-                return None
-            receipt_id = "t%d" % next(self._thread_receipts)
-            data = link.protocol.encode_send(destination, body, headers, content_type, receipt_id)
-            receipt = PendingReceipt(receipt_id, self._loop, monotonic())
-            # before anything can complete it
-            receipt.add_done_callback(on_done)
-            # (Threads' own counters, under the lock: the loop's are not.)
-            if not link.send_from_thread(data, receipt):
-                return None
-        # After the write: the log takes a lock of its own.
-        if frame_log.isEnabledFor(DEBUG):
-            link.log_frames(">", data)
-        return receipt
-
-    def _thread_may_write(self, link: Link) -> bool:
-        """(Under the registry lock.) Whether a thread's frame written now is the next on ``link``'s wire.
-
-        The link read before taking the lock must still be the client's (a reconnect
-        installs a new one under this lock), open and alive, with nothing queued or
-        being written by the loop and no stall under way.
-        """
-        return self._link is link and self._state is OPEN and link.may_write_from_thread()
+        return self._direct.send(destination, body, headers, content_type, on_done)
 
     def ack_from_thread(self, message: Message) -> bool:
         """(Any thread.) The common ACK (no receipt, no transaction, no headers) written by the calling thread.
@@ -896,16 +826,7 @@ class AsyncClient:
         The caller has made the checks that need no I/O (a stale message, a
         second ack) and knows nothing of its own is queued ahead of it.
         """
-        link = self._link
-        if not link.threads_may_write():
-            return False
-        with self._registry_lock:
-            data = link.ack_from_thread(message) if self._thread_may_write(link) else None
-        if data is None:
-            return False
-        if frame_log.isEnabledFor(DEBUG):
-            link.log_frames(">", data)
-        return True
+        return self._direct.ack(message)
 
     def check_send(
         self, destination: str, headers: Optional[Mapping[str, Any]] = None, content_type: Optional[str] = None
@@ -934,17 +855,7 @@ class AsyncClient:
         frame sent so far, receipt or not.
         """
         await self._ensure_open()
-        link = self._link
-        pending = link.outstanding()
-        data, receipt_id = link.protocol.probe()
-        probe = link.register(receipt_id)
-        await self._queue_when_room(data)
-        self._counts.control += 1
-        # The probe is two frames in one entry: BEGIN and ABORT.
-        self._counts.extra_frames += 1
-        pending.append(probe)
-        self._link.write_now()
-        await self.wait_receipts(pending)
+        await self._publisher.flush()
 
     # -- subscriptions (their table and frames: _subscribing.Subscriptions) ---------------
 
