@@ -56,12 +56,10 @@ its :class:`~stompfast._gate.ClientGate`.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 import time
 import uuid
-from time import monotonic
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -86,11 +84,11 @@ import sniffio
 from ._brokers import broker_of, reply_destination
 from ._common import RETRYABLE, conn_log, copy_error, where
 from ._config import Endpoint, check_positive
-from ._consumer import DEFAULT_RETRY, AsyncConsumer, ConsumerSet, OnError, check_consume_options, warn_if_nack_loses
+from ._consumer import DEFAULT_RETRY, AsyncConsumer, ConsumerSet, OnError
 from ._direct_write import DirectWriter
 from ._ending import ENDINGS, Ending
 from ._gate import ClientGate
-from ._health import DrainReport, Health
+from ._health import DrainReport, Health, drain, health_of
 from ._lifecycle import CLOSED, CLOSING, CONNECTING, FAILED, NEW, OPEN, RECONNECTING, ClientState, advance, describe
 from ._link import Link, LinkSettings, Lost, open_link
 from ._options import (
@@ -102,7 +100,7 @@ from ._options import (
 )
 from ._protocol import Message, SessionState
 from ._publishing import Publisher
-from ._receipt import Receipt, await_receipts
+from ._receipt import Receipt
 from ._request import ReplyChannel, Requester, reply_to
 from ._stats import ClientStats, Counters
 from ._subscribing import Subscriptions
@@ -965,19 +963,11 @@ class AsyncClient:
         Raises ConfigurationError for bad options (``ack="client"``, cumulative,
         needs ``concurrency=1``) and what :meth:`subscribe` raises on entry.
         """
-        prefetch = check_consume_options(concurrency, prefetch, ack, on_error)
-        # An async function, or an object whose __call__ is one
-        if not (inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)):
-            raise ConfigurationError(f"handler must be an async function (async def), not {handler!r}")
-        sub = self.subscribe(destination, ack=ack, headers=headers, buffer_size=prefetch, id=id, durable=durable)
-        await sub.__aenter__()
-        warn_if_nack_loses(on_error, broker_of(self.server), destination)
-        # The handlers' start times need only be comparable with each other: time.monotonic
-        # is a C call, where the loop's clock is a Python method around it (once per message).
-        consumer = AsyncConsumer(
-            sub, handler, concurrency=concurrency, on_error=on_error, publish=self._publish_confirmed, clock=monotonic
+        consumer = await self._consumers.open(
+            self.subscribe, lambda: broker_of(self.server), self._publish_confirmed, destination, handler,
+            concurrency=concurrency, ack=ack, on_error=on_error, prefetch=prefetch, headers=headers, id=id,
+            durable=durable,
         )
-        self._consumers.add(consumer)
         assert self._tg is not None
         consumer.start(self._tg)
         return consumer
@@ -1055,20 +1045,8 @@ class AsyncClient:
         from the event loop (the blocking client's ``health()`` does).
         """
         check_positive("handler_limit", handler_limit)
-        link = self._link
-        interval = link.protocol.heart_beat[1] / 1000.0 if self._state is OPEN else 0.0
-        silence = link.silence(self._clock()) if interval else 0.0
-        paused = link.reader_paused()
-        running, wedged = self._consumers.handlers(handler_limit)
-        return Health(
-            state=describe(self._state, self._error),
-            connected=self._state is OPEN,
-            heartbeat_interval=interval,
-            silence=silence,
-            reader_paused=paused,
-            handlers_running=running,
-            handlers_wedged=wedged,
-        )
+        state = describe(self._state, self._error)
+        return health_of(state, self._state is OPEN, self._link, self._clock(), self._consumers, handler_limit)
 
     async def drain(self, timeout: float = 30.0) -> DrainReport:
         """Shut down gracefully: finish what is in flight, then close; report what could not finish.
@@ -1081,12 +1059,8 @@ class AsyncClient:
         unfinished then is counted in the report, never silently dropped.
         """
         check_positive("timeout", timeout)
-        deadline = anyio.current_time() + timeout
-        unfinished, unhandled = await self._consumers.finish(deadline)
-        unconfirmed = await await_receipts(self._link.outstanding(), deadline) if self._state is OPEN else 0
-        await self.aclose()
-        return DrainReport(
-            handlers_unfinished=unfinished, messages_unhandled=unhandled, receipts_unconfirmed=unconfirmed
+        return await drain(
+            timeout, self._consumers, lambda: self._link.outstanding() if self._state is OPEN else [], self.aclose
         )
 
     def transaction(self, *, receipt: bool = True) -> "AsyncTransaction":
