@@ -1,42 +1,15 @@
 """AsyncClient: one STOMP connection on anyio (asyncio, asyncio+uvloop, trio).
 
-Theory of operation
--------------------
 ``async with AsyncClient(url) as client`` opens the TCP connection, sends
 CONNECT, waits for CONNECTED (all within ``connect_timeout``), then starts the
-client's own task group with up to four tasks, and nothing else:
+client's own task group, where the connection runs its tasks (the reader, the
+writer, the heart-beat sender, the liveness watch: :mod:`._link` tells how) and
+nothing else. A failure of the connection is recorded once and ends every
+pending receipt and subscription; later calls raise the same error. Leaving the
+``async with`` block sends DISCONNECT with a receipt and waits for it, shielded
+and bounded by ``disconnect_timeout``, then closes the socket.
 
-* **reader**: reads large chunks, feeds :class:`~stompfast._protocol.StompProtocol`
-  and dispatches every event of one read in one step: messages to their
-  subscription buffers (each consumer woken once), receipts to their waiters.
-  When a subscription's buffer is full it stops reading (backpressure; see
-  :mod:`._subscription`), and while stopped it suspends the liveness check. On
-  asyncio there is no reader task: the transport's ``data_received`` callback
-  runs the same steps (``Inbox.on_data`` in :mod:`._inbox`), and backpressure pauses the transport
-  until the full subscription's consumer takes a message (``Inbox._pause_for``);
-* **writer**: :meth:`send` and friends only append encoded frames to an
-  outgoing list (no await unless the list holds ``send_buffer_bytes``) and wake
-  the writer when the list goes from empty to non-empty, so a burst of sends
-  becomes one socket write. Frames are written when the sending task next
-  yields to the event loop (any ``await`` that waits) or the buffer is full;
-  a task about to wait for a receipt writes what is queued itself when the
-  transport can take it at once (asyncio), saving the writer's turn;
-* **heart-beat sender**: writes an EOL whenever nothing was written for half
-  the negotiated interval, checking every quarter interval, so the broker sees
-  at most about 0.75 interval of silence;
-* **liveness watch**: if nothing at all arrived for the broker's interval times
-  ``heartbeat_tolerance`` while the reader was reading, the connection is
-  declared dead with :class:`~stompfast.HeartbeatTimeout`.
-
-Background tasks never raise into the caller's code: a failure (connection
-lost, ERROR frame, heart-beat timeout, framing fault) is recorded once, every
-pending receipt and every subscription is failed with it, the background tasks
-stop and the socket is closed. Later calls raise the same error.
-
-Leaving the ``async with`` block sends DISCONNECT with a receipt and waits for
-it, shielded and bounded by ``disconnect_timeout``, then closes the socket.
-
-The client keeps what outlives a connection and hands the rest to objects of
+The client keeps what outlives a connection and decides; the jobs are objects of
 their own (docs/architecture.md draws them and says who owns what): the
 current :class:`~stompfast._link.Link` (one connection: its session, its
 transport, its receipts, its :mod:`._outbox` and :mod:`._inbox`; a new
@@ -51,7 +24,8 @@ a blocking client's thread writing its own SEND or ACK is a
 :class:`~stompfast._direct_write.DirectWriter`. The subscriptions and their frames are a
 :class:`~stompfast._subscribing.Subscriptions`, the transactions a
 :class:`~stompfast._transaction.Transactions`; they read the client only through
-its :class:`~stompfast._gate.ClientGate`.
+its :class:`~stompfast._gate.ClientGate`. The services (``consume``, ``request``,
+``health``, ``drain``) are :mod:`._consumer`'s, :mod:`._request`'s and :mod:`._health`'s.
 """
 
 from __future__ import annotations
@@ -90,13 +64,13 @@ from ._ending import ENDINGS, Ending
 from ._gate import ClientGate
 from ._health import DrainReport, Health, drain, health_of
 from ._lifecycle import CLOSED, CLOSING, CONNECTING, FAILED, NEW, OPEN, RECONNECTING, ClientState, advance, describe
-from ._link import Link, LinkSettings, Lost, open_link
+from ._link import Link, Lost, open_link
 from ._options import (
     ClientOptions,
     endpoints_and_policy,
+    link_settings,
     resolve as resolve_options,
     signature as options_signature,
-    tls_options,
 )
 from ._protocol import Message, SessionState
 from ._publishing import Publisher
@@ -121,13 +95,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
 
 __all__ = ["AsyncClient", "AsyncTransaction", "Receipt"]
-
-#: The options StompProtocol takes, passed on to each connection's session.
-PROTOCOL_OPTIONS = (
-    "versions", "heart_beat", "connect_headers", "use_stomp_command", "max_frame_bytes", "max_headers",
-    "max_header_bytes", "routing_headers", "client_id", "persistent",
-)
-
 
 class AsyncClient:
     """An asynchronous STOMP client: one broker connection at a time, re-established when lost.
@@ -214,29 +181,12 @@ class AsyncClient:
         **options: Unpack[ClientOptions],
     ) -> None:
         o = resolve_options(options, "AsyncClient")
-        heartbeat_tolerance = o["heartbeat_tolerance"]
         endpoints, policy = endpoints_and_policy(url, o)
         #: every broker this client may use, in the order they are tried
         self.endpoints: Tuple[Endpoint, ...] = tuple(endpoints)
         if o["on_event"] is not None and not callable(o["on_event"]):
             raise ConfigurationError(f"on_event must be callable, not {o['on_event']!r}")
-        ssl_option, server_hostname = tls_options(o["ssl"], o["server_hostname"], endpoints)
-        check_positive("heartbeat_tolerance", heartbeat_tolerance)
-        if heartbeat_tolerance < 1:
-            raise ConfigurationError("heartbeat_tolerance must be at least 1 (a multiple of the broker's interval)")
-        ws_max = o["websocket_max_message_bytes"]
-        if type(ws_max) is not int or ws_max < 1:
-            raise ConfigurationError(f"websocket_max_message_bytes must be a positive int, not {ws_max!r}")
-        self._settings = LinkSettings(
-            ssl=ssl_option,
-            server_hostname=server_hostname,
-            connect_timeout=check_positive("connect_timeout", o["connect_timeout"]),
-            websocket_max_message_bytes=ws_max,
-            send_buffer_bytes=check_positive("send_buffer_bytes", o["send_buffer_bytes"]),
-            stall_timeout=check_positive("stall_timeout", o["stall_timeout"]),
-            heartbeat_tolerance=heartbeat_tolerance,
-            protocol_options={name: o[name] for name in PROTOCOL_OPTIONS},
-        )
+        self._settings = link_settings(o, endpoints)
         self._disconnect_timeout: float = check_positive("disconnect_timeout", o["disconnect_timeout"])
         self._counts = Counters()
         self._supervisor = Supervisor(
@@ -496,29 +446,10 @@ class AsyncClient:
         try:
             if self._error is None and link.protocol.state is SessionState.CONNECTED:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(self._disconnect_timeout):
-                    await self._disconnect(link, cancelled)
+                    await link.disconnect(cancelled)
         finally:
             self._end(Ending.CLOSED, self._error or ClientClosedError("the client is closed"), link)
             await link.aclose()
-
-    async def _disconnect(self, link: Link, cancelled: bool) -> None:
-        """DISCONNECT with a receipt on ``link``, written from this task, and wait for the receipt.
-
-        Written from here: when the ``async with`` block is left by a cancellation,
-        the writer task is cancelled too. On trio the reader task is cancelled with
-        the block then, so no receipt could be read and none is awaited.
-        """
-        try:
-            data, receipt_id = link.protocol.disconnect(receipt=True)
-            receipt = link.register(receipt_id)
-            link.queue(data)
-            self._counts.control += 1
-            await link.write_queued()
-            if not cancelled or link.reads_without_a_task():
-                await receipt.wait()
-        except StompError:
-            # the connection went down while we were leaving
-            pass
 
     def _fail(self, error: BaseException) -> None:
         """The connection failed with ``error``: re-establish it, or fail the client for good.
