@@ -53,7 +53,6 @@ from typing import (
 import anyio
 import anyio.abc
 import anyio.lowlevel
-import sniffio
 
 from ._brokers import broker_of, reply_destination
 from ._common import RETRYABLE, conn_log, copy_error, where
@@ -64,7 +63,7 @@ from ._ending import ENDINGS, Ending
 from ._gate import ClientGate
 from ._health import DrainReport, Health, drain, health_of
 from ._lifecycle import CLOSED, CLOSING, CONNECTING, FAILED, NEW, OPEN, RECONNECTING, ClientState, advance, describe
-from ._link import Link, Lost, open_link
+from ._link import Link, Lost, loop_and_clock, open_link
 from ._options import (
     ClientOptions,
     endpoints_and_policy,
@@ -95,6 +94,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
 
 __all__ = ["AsyncClient", "AsyncTransaction", "Receipt"]
+
 
 class AsyncClient:
     """An asynchronous STOMP client: one broker connection at a time, re-established when lost.
@@ -326,19 +326,7 @@ class AsyncClient:
         if self._state is not NEW:
             raise ClientClosedError("an AsyncClient connects once; create a new one to connect again")
         self._state = advance(self._state, CONNECTING)
-        library = sniffio.current_async_library()
-        if library == "asyncio":
-            import asyncio
-
-            self._loop = asyncio.get_running_loop()
-            # what anyio.current_time() returns there, minus two calls
-            self._clock = self._loop.time
-        elif library == "trio":
-            import trio
-
-            # What anyio.current_time() returns there, without a backend lookup per call
-            # (the reader stamps every read with it, a consumer every message).
-            self._clock = trio.current_time
+        self._loop, self._clock = loop_and_clock()
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg

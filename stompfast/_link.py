@@ -55,6 +55,7 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tu
 
 import anyio
 import anyio.abc
+import sniffio
 
 from ._config import Endpoint
 from ._framelog import FrameLog, frame_log
@@ -83,7 +84,7 @@ from .errors import (
     TLSError,
 )
 
-__all__ = ["Link", "LinkSettings", "Lost", "open_link"]
+__all__ = ["Link", "LinkSettings", "Lost", "loop_and_clock", "open_link"]
 
 #: how a server's answer to CONNECT may begin (after heart-beat EOLs)
 _ANSWERS = (b"CONNECTED\n", b"CONNECTED\r\n", b"ERROR\n", b"ERROR\r\n")
@@ -230,6 +231,25 @@ def _receipt_failer(receipts: ReceiptRegistry, counters: Counters) -> Callable[[
         counters.receipts_failed += receipts.fail(error)
 
     return fail
+
+
+def loop_and_clock() -> Tuple[Any, Callable[[], float]]:
+    """(In the event loop.) The asyncio loop receipts wait on (None elsewhere) and the loop's clock, read fast.
+
+    The clock is what ``anyio.current_time()`` returns, without its backend lookup
+    per call: the reader stamps every read with it, a consumer every message.
+    """
+    library = sniffio.current_async_library()
+    if library == "asyncio":
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        return loop, loop.time
+    if library == "trio":
+        import trio
+
+        return None, trio.current_time
+    return None, anyio.current_time
 
 
 def _no_clock() -> float:
