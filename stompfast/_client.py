@@ -200,9 +200,7 @@ class AsyncClient:
         # The session acks may go to (the subscriptions' fast stale test).
         self._live = LiveSession()
         # The SENDs but the plain one, and the waits for room and receipts (a plain SEND is send's own).
-        self._publisher = Publisher(
-            self._current_link, self._is_open, self._is_reconnecting, self._check_open, self._counts
-        )
+        self._publisher = Publisher(self._current_link, self._check_open, self._counts)
         # A blocking client's threads writing their own SEND or ACK, under the registry lock.
         self._direct = DirectWriter(self._registry_lock, self._thread_writable, self._event_loop)
         # What the session services (subscriptions, transactions) may ask of the client.
@@ -665,7 +663,8 @@ class AsyncClient:
                 await self._publisher.queue_past_mark(data)
             return None
         return await self._publisher.send(
-            destination, body, headers, content_type, receipt, wait, content_length, ttl, priority, persistent
+            self._link, destination, body, headers, content_type, receipt, wait, content_length, ttl, priority,
+            persistent,
         )
 
     def message_headers(
@@ -705,7 +704,11 @@ class AsyncClient:
                 is full): ``await send(...)`` instead.
             ClientClosedError, ConnectionLostError, ...: as :meth:`send`.
         """
-        return self._publisher.send_nowait(destination, body, headers, content_type, receipt)
+        if self._state is not OPEN:
+            if self._state is RECONNECTING:
+                raise anyio.WouldBlock
+            self._check_open()
+        return self._publisher.send_nowait(self._link, destination, body, headers, content_type, receipt)
 
     def send_from_thread(
         self,
@@ -772,7 +775,7 @@ class AsyncClient:
         frame sent so far, receipt or not.
         """
         await self._ensure_open()
-        await self._publisher.flush()
+        await self._publisher.flush(self._link)
 
     # -- subscriptions (their table and frames: _subscribing.Subscriptions) ---------------
 

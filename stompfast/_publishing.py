@@ -9,9 +9,10 @@ send buffer has room (or after waiting for it), and ``flush``'s probe.
 ``send_nowait`` is the same without a wait, for synchronous code in the loop (the
 blocking client's receipted sends when its thread cannot write them itself).
 
-The publisher never sees the client: it reads which link is current and whether
-the client is open through the callables it is given (the client decides both,
-:mod:`._lifecycle`), and writes only through the link's verbs. A blocking
+The publisher never sees the client. The client decides whether it may send
+now (:mod:`._lifecycle`) and hands over the link it sends on; after a wait for
+room the publisher asks for the current link again through the callable it was
+given (a reconnect may have replaced it). It writes only through the link's verbs. A blocking
 client's thread writing its own SEND or ACK is :mod:`._direct_write`'s.
 """
 
@@ -29,7 +30,7 @@ from ._stats import Counters
 if TYPE_CHECKING:  # pragma: no cover
     from ._link import Link
 
-__all__ = ["Publisher"]
+__all__ = ["Publisher", "encode_send"]
 
 
 class Publisher:
@@ -37,52 +38,31 @@ class Publisher:
 
     Args:
         link: the client's current link (a reconnect replaces it).
-        is_open: whether the client is open (a session up, not closing).
-        reconnecting: whether a lost session is being re-established.
         check_open: raise why the client cannot send now (closed, failed, reconnecting).
         counters: the client's counters (``flush`` counts its probe there).
     """
 
-    __slots__ = ("_link", "_is_open", "_reconnecting", "_check_open", "_counts")
+    __slots__ = ("_link", "_check_open", "_counts")
 
-    def __init__(
-        self,
-        link: Callable[[], "Link"],
-        is_open: Callable[[], bool],
-        reconnecting: Callable[[], bool],
-        check_open: Callable[[], None],
-        counters: Counters,
-    ) -> None:
+    def __init__(self, link: Callable[[], "Link"], check_open: Callable[[], None], counters: Counters) -> None:
         self._link = link
-        self._is_open = is_open
-        self._reconnecting = reconnecting
         self._check_open = check_open
         self._counts = counters
 
     async def send(
-        self, destination: str, body: Any, headers: Optional[Mapping[str, Any]], content_type: Optional[str],
-        receipt: bool, wait: bool, content_length: bool, ttl: Optional[float], priority: Optional[int],
-        persistent: Optional[bool],
+        self, link: "Link", destination: str, body: Any, headers: Optional[Mapping[str, Any]],
+        content_type: Optional[str], receipt: bool, wait: bool, content_length: bool, ttl: Optional[float],
+        priority: Optional[int], persistent: Optional[bool],
     ) -> Optional[Receipt]:
-        """(The client checked that it is open.) :meth:`AsyncClient.send` of anything but a plain SEND."""
+        """:meth:`AsyncClient.send` of anything but a plain SEND, on ``link`` (the client is open on it)."""
         if ttl is not None or priority is not None or persistent is not None:
-            headers = self._link().protocol.message_headers(headers, ttl, priority, persistent, time.time())
-        data, receipt_id = self.encode(destination, body, headers, content_type, receipt, content_length)
+            headers = link.protocol.message_headers(headers, ttl, priority, persistent, time.time())
+        data, receipt_id = encode_send(link, destination, body, headers, content_type, receipt, content_length)
         if receipt_id is not None:
-            return await self._send_receipted(data, receipt_id, wait)
-        if not self._link().offer(data):
+            return await self._send_receipted(link, data, receipt_id, wait)
+        if not link.offer(data):
             await self.queue_past_mark(data)
         return None
-
-    def encode(
-        self, destination: str, body: Any, headers: Optional[Mapping[str, Any]], content_type: Optional[str],
-        receipt: bool, content_length: bool = True,
-    ) -> Tuple[bytes, Optional[str]]:
-        """The SEND frame of :meth:`AsyncClient.send` and its receipt id (the body rules are send's)."""
-        body, content_type = body_bytes(body, content_type)
-        return self._link().protocol.send(
-            destination, body, headers, content_type=content_type, receipt=receipt, content_length=content_length
-        )
 
     async def queue_past_mark(self, data: bytes) -> None:
         """Queue a receipt-less ``data`` the outbox did not take at once (past the write-through mark), and write.
@@ -107,8 +87,7 @@ class Publisher:
             link = self._link()
         link.queue(data)
 
-    async def _send_receipted(self, data: bytes, receipt_id: str, wait: bool) -> Receipt:
-        link = self._link()
+    async def _send_receipted(self, link: "Link", data: bytes, receipt_id: str, wait: bool) -> Receipt:
         pending = link.register(receipt_id)
         if wait and link.write_first(data):
             # Nothing queued ahead of it and the caller is about to block: written
@@ -122,18 +101,13 @@ class Publisher:
         return pending
 
     def send_nowait(
-        self, destination: str, body: Any, headers: Optional[Mapping[str, Any]], content_type: Optional[str],
-        receipt: bool,
+        self, link: "Link", destination: str, body: Any, headers: Optional[Mapping[str, Any]],
+        content_type: Optional[str], receipt: bool,
     ) -> Optional[Receipt]:
-        """:meth:`AsyncClient.send_nowait`: the frame queued (or written) at once, or ``anyio.WouldBlock``."""
-        if not self._is_open():
-            if self._reconnecting():
-                raise anyio.WouldBlock
-            self._check_open()
-        link = self._link()
+        """:meth:`AsyncClient.send_nowait` on ``link`` (the client is open on it): queued at once, or ``WouldBlock``."""
         if not link.has_room():
             raise anyio.WouldBlock
-        data, receipt_id = self.encode(destination, body, headers, content_type, receipt)
+        data, receipt_id = encode_send(link, destination, body, headers, content_type, receipt)
         if receipt_id is None:
             if not link.offer(data):
                 # Past the write-through mark: out now, as a sending task would
@@ -147,9 +121,8 @@ class Publisher:
         link.write_now()
         return pending
 
-    async def flush(self) -> None:
-        """(The client checked that it is open.) :meth:`AsyncClient.flush`: every receipt now, and a probe after all."""
-        link = self._link()
+    async def flush(self, link: "Link") -> None:
+        """:meth:`AsyncClient.flush` on ``link`` (the client is open on it): every receipt now, a probe after all."""
         pending: List[PendingReceipt] = link.outstanding()
         data, receipt_id = link.protocol.probe()
         probe = link.register(receipt_id)
@@ -161,3 +134,14 @@ class Publisher:
         self._link().write_now()
         for receipt in pending:
             await receipt.wait()
+
+
+def encode_send(
+    link: "Link", destination: str, body: Any, headers: Optional[Mapping[str, Any]], content_type: Optional[str],
+    receipt: bool, content_length: bool = True,
+) -> Tuple[bytes, Optional[str]]:
+    """The SEND frame of :meth:`AsyncClient.send` on ``link``'s session, and its receipt id (send's body rules)."""
+    body, content_type = body_bytes(body, content_type)
+    return link.protocol.send(
+        destination, body, headers, content_type=content_type, receipt=receipt, content_length=content_length
+    )
