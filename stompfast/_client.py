@@ -1,42 +1,15 @@
 """AsyncClient: one STOMP connection on anyio (asyncio, asyncio+uvloop, trio).
 
-Theory of operation
--------------------
 ``async with AsyncClient(url) as client`` opens the TCP connection, sends
 CONNECT, waits for CONNECTED (all within ``connect_timeout``), then starts the
-client's own task group with up to four tasks, and nothing else:
+client's own task group, where the connection runs its tasks (the reader, the
+writer, the heart-beat sender, the liveness watch: :mod:`._link` tells how) and
+nothing else. A failure of the connection is recorded once and ends every
+pending receipt and subscription; later calls raise the same error. Leaving the
+``async with`` block sends DISCONNECT with a receipt and waits for it, shielded
+and bounded by ``disconnect_timeout``, then closes the socket.
 
-* **reader**: reads large chunks, feeds :class:`~stompfast._protocol.StompProtocol`
-  and dispatches every event of one read in one step: messages to their
-  subscription buffers (each consumer woken once), receipts to their waiters.
-  When a subscription's buffer is full it stops reading (backpressure; see
-  :mod:`._subscription`), and while stopped it suspends the liveness check. On
-  asyncio there is no reader task: the transport's ``data_received`` callback
-  runs the same steps (``Inbox.on_data`` in :mod:`._inbox`), and backpressure pauses the transport
-  until the full subscription's consumer takes a message (``Inbox._pause_for``);
-* **writer**: :meth:`send` and friends only append encoded frames to an
-  outgoing list (no await unless the list holds ``send_buffer_bytes``) and wake
-  the writer when the list goes from empty to non-empty, so a burst of sends
-  becomes one socket write. Frames are written when the sending task next
-  yields to the event loop (any ``await`` that waits) or the buffer is full;
-  a task about to wait for a receipt writes what is queued itself when the
-  transport can take it at once (asyncio), saving the writer's turn;
-* **heart-beat sender**: writes an EOL whenever nothing was written for half
-  the negotiated interval, checking every quarter interval, so the broker sees
-  at most about 0.75 interval of silence;
-* **liveness watch**: if nothing at all arrived for the broker's interval times
-  ``heartbeat_tolerance`` while the reader was reading, the connection is
-  declared dead with :class:`~stompfast.HeartbeatTimeout`.
-
-Background tasks never raise into the caller's code: a failure (connection
-lost, ERROR frame, heart-beat timeout, framing fault) is recorded once, every
-pending receipt and every subscription is failed with it, the background tasks
-stop and the socket is closed. Later calls raise the same error.
-
-Leaving the ``async with`` block sends DISCONNECT with a receipt and waits for
-it, shielded and bounded by ``disconnect_timeout``, then closes the socket.
-
-The client keeps what outlives a connection and hands the rest to objects of
+The client keeps what outlives a connection and decides; the jobs are objects of
 their own (docs/architecture.md draws them and says who owns what): the
 current :class:`~stompfast._link.Link` (one connection: its session, its
 transport, its receipts, its :mod:`._outbox` and :mod:`._inbox`; a new
@@ -44,24 +17,23 @@ connection is a new Link), the :class:`~stompfast._supervisor.Supervisor` (the
 broker list and reconnecting) and the :class:`~stompfast._stats.Counters`. This
 module holds the public API, the lifecycle (connect, close, fail; its states
 and their moves are the table of :mod:`._lifecycle`; its endings the table of
-:mod:`._ending`) and sending, a blocking client's thread writing its own SEND or
-ACK included (those checks read the client's state directly: they run once per
-message). The subscriptions and their frames are a
+:mod:`._ending`) and the two per-message paths that read its state directly:
+the plain SEND, inline in :meth:`~AsyncClient.send`, and the common ACK. Every
+other SEND is assembled and queued by a :class:`~stompfast._publishing.Publisher`;
+a blocking client's thread writing its own SEND or ACK is a
+:class:`~stompfast._direct_write.DirectWriter`. The subscriptions and their frames are a
 :class:`~stompfast._subscribing.Subscriptions`, the transactions a
 :class:`~stompfast._transaction.Transactions`; they read the client only through
-its :class:`~stompfast._gate.ClientGate`.
+its :class:`~stompfast._gate.ClientGate`. The services (``consume``, ``request``,
+``health``, ``drain``) are :mod:`._consumer`'s, :mod:`._request`'s and :mod:`._health`'s.
 """
 
 from __future__ import annotations
 
-import inspect
-import itertools
 import logging
 import threading
 import time
 import uuid
-from logging import DEBUG
-from time import monotonic
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -81,27 +53,27 @@ from typing import (
 import anyio
 import anyio.abc
 import anyio.lowlevel
-import sniffio
 
 from ._brokers import broker_of, reply_destination
-from ._common import RETRYABLE, body_bytes, conn_log, copy_error, where
+from ._common import RETRYABLE, conn_log, copy_error, where
 from ._config import Endpoint, check_positive
-from ._consumer import DEFAULT_RETRY, AsyncConsumer, ConsumerSet, OnError, check_consume_options, warn_if_nack_loses
+from ._consumer import DEFAULT_RETRY, AsyncConsumer, ConsumerSet, OnError
+from ._direct_write import DirectWriter
 from ._ending import ENDINGS, Ending
-from ._framelog import frame_log
 from ._gate import ClientGate
-from ._health import DrainReport, Health
+from ._health import DrainReport, Health, drain, health_of
 from ._lifecycle import CLOSED, CLOSING, CONNECTING, FAILED, NEW, OPEN, RECONNECTING, ClientState, advance, describe
-from ._link import Link, LinkSettings, Lost, open_link
+from ._link import Link, Lost, loop_and_clock, open_link
 from ._options import (
     ClientOptions,
     endpoints_and_policy,
+    link_settings,
     resolve as resolve_options,
     signature as options_signature,
-    tls_options,
 )
 from ._protocol import Message, SessionState
-from ._receipt import PendingReceipt, Receipt, await_receipts
+from ._publishing import Publisher
+from ._receipt import Receipt
 from ._request import ReplyChannel, Requester, reply_to
 from ._stats import ClientStats, Counters
 from ._subscribing import Subscriptions
@@ -122,12 +94,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
 
 __all__ = ["AsyncClient", "AsyncTransaction", "Receipt"]
-
-#: The options StompProtocol takes, passed on to each connection's session.
-PROTOCOL_OPTIONS = (
-    "versions", "heart_beat", "connect_headers", "use_stomp_command", "max_frame_bytes", "max_headers",
-    "max_header_bytes", "routing_headers", "client_id", "persistent",
-)
 
 
 class AsyncClient:
@@ -215,29 +181,12 @@ class AsyncClient:
         **options: Unpack[ClientOptions],
     ) -> None:
         o = resolve_options(options, "AsyncClient")
-        heartbeat_tolerance = o["heartbeat_tolerance"]
         endpoints, policy = endpoints_and_policy(url, o)
         #: every broker this client may use, in the order they are tried
         self.endpoints: Tuple[Endpoint, ...] = tuple(endpoints)
         if o["on_event"] is not None and not callable(o["on_event"]):
             raise ConfigurationError(f"on_event must be callable, not {o['on_event']!r}")
-        ssl_option, server_hostname = tls_options(o["ssl"], o["server_hostname"], endpoints)
-        check_positive("heartbeat_tolerance", heartbeat_tolerance)
-        if heartbeat_tolerance < 1:
-            raise ConfigurationError("heartbeat_tolerance must be at least 1 (a multiple of the broker's interval)")
-        ws_max = o["websocket_max_message_bytes"]
-        if type(ws_max) is not int or ws_max < 1:
-            raise ConfigurationError(f"websocket_max_message_bytes must be a positive int, not {ws_max!r}")
-        self._settings = LinkSettings(
-            ssl=ssl_option,
-            server_hostname=server_hostname,
-            connect_timeout=check_positive("connect_timeout", o["connect_timeout"]),
-            websocket_max_message_bytes=ws_max,
-            send_buffer_bytes=check_positive("send_buffer_bytes", o["send_buffer_bytes"]),
-            stall_timeout=check_positive("stall_timeout", o["stall_timeout"]),
-            heartbeat_tolerance=heartbeat_tolerance,
-            protocol_options={name: o[name] for name in PROTOCOL_OPTIONS},
-        )
+        self._settings = link_settings(o, endpoints)
         self._disconnect_timeout: float = check_positive("disconnect_timeout", o["disconnect_timeout"])
         self._counts = Counters()
         self._supervisor = Supervisor(
@@ -250,10 +199,14 @@ class AsyncClient:
         self._registry_lock = threading.Lock()
         # The session acks may go to (the subscriptions' fast stale test).
         self._live = LiveSession()
+        # The SENDs but the plain one, and the waits for room and receipts (a plain SEND is send's own).
+        self._publisher = Publisher(self._current_link, self._check_open, self._counts)
+        # A blocking client's threads writing their own SEND or ACK, under the registry lock.
+        self._direct = DirectWriter(self._registry_lock, self._thread_writable, self._event_loop)
         # What the session services (subscriptions, transactions) may ask of the client.
         gate = ClientGate(
             self._current_link, self._is_open, self._is_reconnecting, self._has_failed, self._ensure_open,
-            self._check_open, self._queue_when_room,
+            self._check_open, self._publisher.queue_when_room,
         )
         # The subscriptions by id: their inlets outlive a connection (re-subscribed after a reconnect).
         self._subs = Subscriptions(gate, self._counts, self._live, self._queue_ack, self._get_disconnect_timeout)
@@ -270,8 +223,6 @@ class AsyncClient:
         self._error: Optional[BaseException] = None
         # The asyncio loop (None on trio): receipts wait on its futures.
         self._loop: Any = None
-        # Receipt ids "t<n>" of send_from_thread
-        self._thread_receipts = itertools.count(1)
         self._clock: Callable[[], float] = anyio.current_time
         self._via_aenter = False
         # The consume()s (health and drain look at them).
@@ -373,19 +324,7 @@ class AsyncClient:
         if self._state is not NEW:
             raise ClientClosedError("an AsyncClient connects once; create a new one to connect again")
         self._state = advance(self._state, CONNECTING)
-        library = sniffio.current_async_library()
-        if library == "asyncio":
-            import asyncio
-
-            self._loop = asyncio.get_running_loop()
-            # what anyio.current_time() returns there, minus two calls
-            self._clock = self._loop.time
-        elif library == "trio":
-            import trio
-
-            # What anyio.current_time() returns there, without a backend lookup per call
-            # (the reader stamps every read with it, a consumer every message).
-            self._clock = trio.current_time
+        self._loop, self._clock = loop_and_clock()
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -493,29 +432,10 @@ class AsyncClient:
         try:
             if self._error is None and link.protocol.state is SessionState.CONNECTED:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(self._disconnect_timeout):
-                    await self._disconnect(link, cancelled)
+                    await link.disconnect(cancelled)
         finally:
             self._end(Ending.CLOSED, self._error or ClientClosedError("the client is closed"), link)
             await link.aclose()
-
-    async def _disconnect(self, link: Link, cancelled: bool) -> None:
-        """DISCONNECT with a receipt on ``link``, written from this task, and wait for the receipt.
-
-        Written from here: when the ``async with`` block is left by a cancellation,
-        the writer task is cancelled too. On trio the reader task is cancelled with
-        the block then, so no receipt could be read and none is awaited.
-        """
-        try:
-            data, receipt_id = link.protocol.disconnect(receipt=True)
-            receipt = link.register(receipt_id)
-            link.queue(data)
-            self._counts.control += 1
-            await link.write_queued()
-            if not cancelled or link.reads_without_a_task():
-                await receipt.wait()
-        except StompError:
-            # the connection went down while we were leaving
-            pass
 
     def _fail(self, error: BaseException) -> None:
         """The connection failed with ``error``: re-establish it, or fail the client for good.
@@ -632,6 +552,18 @@ class AsyncClient:
     def _get_disconnect_timeout(self) -> float:
         return self._disconnect_timeout
 
+    def _event_loop(self) -> Any:
+        return self._loop
+
+    def _thread_writable(self) -> Optional[Link]:
+        """(Under the registry lock.) The link a thread's frame may be written to now as the next on its wire, or None.
+
+        The client's own, open and alive, with nothing queued or being written by
+        the loop and no stall under way (a reconnect installs a new link under this lock).
+        """
+        link = self._link
+        return link if self._state is OPEN and link.may_write_from_thread() else None
+
     def _check_open(self) -> None:
         if self._error is not None:
             raise copy_error(self._error)
@@ -722,20 +654,18 @@ class AsyncClient:
         """
         if self._state is not OPEN:
             await self._ensure_open()
-        link = self._link
-        if ttl is not None or priority is not None or persistent is not None:
-            headers = self.message_headers(headers, ttl, priority, persistent)
-        if type(body) is bytes and headers is None and content_type is None and not receipt and content_length:
-            # the hot path: a plain SEND
+        if (type(body) is bytes and headers is None and content_type is None and not receipt and content_length
+                and ttl is None and priority is None and persistent is None):
+            # The hot path, a plain SEND, stays inline: it pays no call but the encoding and the offer.
+            link = self._link
             data = link.protocol.send_plain(destination, body)
-        else:
-            data, receipt_id = self._encode_send(destination, body, headers, content_type, receipt, content_length)
-            if receipt_id is not None:
-                return await self._send_receipted(data, receipt_id, wait)
-        if not link.offer(data):
-            await self._queue_when_room(data)
-            await self._link.catch_up()
-        return None
+            if not link.offer(data):
+                await self._publisher.queue_past_mark(data)
+            return None
+        return await self._publisher.send(
+            self._link, destination, body, headers, content_type, receipt, wait, content_length, ttl, priority,
+            persistent,
+        )
 
     def message_headers(
         self, headers: Optional[Mapping[str, Any]], ttl: Optional[float] = None, priority: Optional[int] = None,
@@ -747,44 +677,6 @@ class AsyncClient:
         time to live counted from now; ConfigurationError for a bad value.
         """
         return self._link.protocol.message_headers(headers, ttl, priority, persistent, time.time())
-
-    def _encode_send(
-        self, destination: str, body: Any, headers: Optional[Mapping[str, Any]], content_type: Optional[str],
-        receipt: bool, content_length: bool = True,
-    ) -> Tuple[bytes, Optional[str]]:
-        """The SEND frame of :meth:`send` and its receipt id (the body rules are send's)."""
-        body, content_type = body_bytes(body, content_type)
-        return self._link.protocol.send(
-            destination, body, headers, content_type=content_type, receipt=receipt, content_length=content_length
-        )
-
-    async def _queue_when_room(self, data: bytes) -> None:
-        """Queue ``data`` on the current connection's outbox, waiting first while it holds ``send_buffer_bytes``.
-
-        Raises what :meth:`_check_open` raises when the connection went down (or
-        the client closed) while waiting.
-        """
-        link = self._link
-        if not link.has_room():
-            await link.wait_for_room()
-            self._check_open()
-            # The link may have been replaced meanwhile.
-            link = self._link
-        link.queue(data)
-
-    async def _send_receipted(self, data: bytes, receipt_id: str, wait: bool) -> Receipt:
-        link = self._link
-        pending = link.register(receipt_id)
-        if wait and link.write_first(data):
-            # Nothing queued ahead of it and the caller is about to block: written
-            # from this task (no writer wake-up, no extra loop iteration).
-            await pending.wait()
-            return pending
-        await self._queue_when_room(data)
-        if wait:
-            self._link.write_now()
-            await pending.wait()
-        return pending
 
     def _queue_ack(self, message: Message) -> bool:
         """The common ACK (no receipt, no transaction) queued now; False if that must wait (the caller awaits)."""
@@ -816,22 +708,7 @@ class AsyncClient:
             if self._state is RECONNECTING:
                 raise anyio.WouldBlock
             self._check_open()
-        link = self._link
-        if not link.has_room():
-            raise anyio.WouldBlock
-        data, receipt_id = self._encode_send(destination, body, headers, content_type, receipt)
-        if receipt_id is None:
-            if not link.offer(data):
-                # Past the write-through mark: out now, as a sending task would
-                link.queue(data)
-                link.write_now()
-            return None
-        pending = link.register(receipt_id)
-        if link.write_first(data):
-            return pending
-        link.queue(data)
-        link.write_now()
-        return pending
+        return self._publisher.send_nowait(self._link, destination, body, headers, content_type, receipt)
 
     def send_from_thread(
         self,
@@ -854,34 +731,7 @@ class AsyncClient:
         Raises LocalProtocolError (and TypeError for a body of another type) as
         :meth:`send` does.
         """
-        link = self._link
-        if not link.threads_may_write():
-            return None
-        body, content_type = body_bytes(body, content_type)
-        with self._registry_lock:
-            if not self._thread_may_write(link):
-                return None
-            receipt_id = "t%d" % next(self._thread_receipts)
-            data = link.protocol.encode_send(destination, body, headers, content_type, receipt_id)
-            receipt = PendingReceipt(receipt_id, self._loop, monotonic())
-            # before anything can complete it
-            receipt.add_done_callback(on_done)
-            # (Threads' own counters, under the lock: the loop's are not.)
-            if not link.send_from_thread(data, receipt):
-                return None
-        # After the write: the log takes a lock of its own.
-        if frame_log.isEnabledFor(DEBUG):
-            link.log_frames(">", data)
-        return receipt
-
-    def _thread_may_write(self, link: Link) -> bool:
-        """(Under the registry lock.) Whether a thread's frame written now is the next on ``link``'s wire.
-
-        The link read before taking the lock must still be the client's (a reconnect
-        installs a new one under this lock), open and alive, with nothing queued or
-        being written by the loop and no stall under way.
-        """
-        return self._link is link and self._state is OPEN and link.may_write_from_thread()
+        return self._direct.send(destination, body, headers, content_type, on_done)
 
     def ack_from_thread(self, message: Message) -> bool:
         """(Any thread.) The common ACK (no receipt, no transaction, no headers) written by the calling thread.
@@ -896,16 +746,7 @@ class AsyncClient:
         The caller has made the checks that need no I/O (a stale message, a
         second ack) and knows nothing of its own is queued ahead of it.
         """
-        link = self._link
-        if not link.threads_may_write():
-            return False
-        with self._registry_lock:
-            data = link.ack_from_thread(message) if self._thread_may_write(link) else None
-        if data is None:
-            return False
-        if frame_log.isEnabledFor(DEBUG):
-            link.log_frames(">", data)
-        return True
+        return self._direct.ack(message)
 
     def check_send(
         self, destination: str, headers: Optional[Mapping[str, Any]] = None, content_type: Optional[str] = None
@@ -934,17 +775,7 @@ class AsyncClient:
         frame sent so far, receipt or not.
         """
         await self._ensure_open()
-        link = self._link
-        pending = link.outstanding()
-        data, receipt_id = link.protocol.probe()
-        probe = link.register(receipt_id)
-        await self._queue_when_room(data)
-        self._counts.control += 1
-        # The probe is two frames in one entry: BEGIN and ABORT.
-        self._counts.extra_frames += 1
-        pending.append(probe)
-        self._link.write_now()
-        await self.wait_receipts(pending)
+        await self._publisher.flush(self._link)
 
     # -- subscriptions (their table and frames: _subscribing.Subscriptions) ---------------
 
@@ -1054,19 +885,11 @@ class AsyncClient:
         Raises ConfigurationError for bad options (``ack="client"``, cumulative,
         needs ``concurrency=1``) and what :meth:`subscribe` raises on entry.
         """
-        prefetch = check_consume_options(concurrency, prefetch, ack, on_error)
-        # An async function, or an object whose __call__ is one
-        if not (inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)):
-            raise ConfigurationError(f"handler must be an async function (async def), not {handler!r}")
-        sub = self.subscribe(destination, ack=ack, headers=headers, buffer_size=prefetch, id=id, durable=durable)
-        await sub.__aenter__()
-        warn_if_nack_loses(on_error, broker_of(self.server), destination)
-        # The handlers' start times need only be comparable with each other: time.monotonic
-        # is a C call, where the loop's clock is a Python method around it (once per message).
-        consumer = AsyncConsumer(
-            sub, handler, concurrency=concurrency, on_error=on_error, publish=self._publish_confirmed, clock=monotonic
+        consumer = await self._consumers.open(
+            self.subscribe, lambda: broker_of(self.server), self._publish_confirmed, destination, handler,
+            concurrency=concurrency, ack=ack, on_error=on_error, prefetch=prefetch, headers=headers, id=id,
+            durable=durable,
         )
-        self._consumers.add(consumer)
         assert self._tg is not None
         consumer.start(self._tg)
         return consumer
@@ -1144,20 +967,8 @@ class AsyncClient:
         from the event loop (the blocking client's ``health()`` does).
         """
         check_positive("handler_limit", handler_limit)
-        link = self._link
-        interval = link.protocol.heart_beat[1] / 1000.0 if self._state is OPEN else 0.0
-        silence = link.silence(self._clock()) if interval else 0.0
-        paused = link.reader_paused()
-        running, wedged = self._consumers.handlers(handler_limit)
-        return Health(
-            state=describe(self._state, self._error),
-            connected=self._state is OPEN,
-            heartbeat_interval=interval,
-            silence=silence,
-            reader_paused=paused,
-            handlers_running=running,
-            handlers_wedged=wedged,
-        )
+        state = describe(self._state, self._error)
+        return health_of(state, self._state is OPEN, self._link, self._clock(), self._consumers, handler_limit)
 
     async def drain(self, timeout: float = 30.0) -> DrainReport:
         """Shut down gracefully: finish what is in flight, then close; report what could not finish.
@@ -1170,12 +981,8 @@ class AsyncClient:
         unfinished then is counted in the report, never silently dropped.
         """
         check_positive("timeout", timeout)
-        deadline = anyio.current_time() + timeout
-        unfinished, unhandled = await self._consumers.finish(deadline)
-        unconfirmed = await await_receipts(self._link.outstanding(), deadline) if self._state is OPEN else 0
-        await self.aclose()
-        return DrainReport(
-            handlers_unfinished=unfinished, messages_unhandled=unhandled, receipts_unconfirmed=unconfirmed
+        return await drain(
+            timeout, self._consumers, lambda: self._link.outstanding() if self._state is OPEN else [], self.aclose
         )
 
     def transaction(self, *, receipt: bool = True) -> "AsyncTransaction":

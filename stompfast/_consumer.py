@@ -27,6 +27,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, List, Mapping, Optional, Set, Tuple, Union
 
@@ -463,6 +464,43 @@ class ConsumerSet:
 
     def __init__(self) -> None:
         self._consumers: Set[AsyncConsumer] = set()
+
+    async def open(
+        self,
+        subscribe: Callable[..., AsyncSubscription],
+        broker: Callable[[], Optional[str]],
+        publish: Callable[[str, bytes, Mapping[str, str]], Awaitable[Any]],
+        destination: str,
+        handler: Callable[[Message], Awaitable[Any]],
+        *,
+        concurrency: int,
+        ack: str,
+        on_error: OnError,
+        prefetch: Optional[int],
+        headers: Optional[Mapping[str, Any]],
+        id: Optional[str],
+        durable: Optional[str],
+    ) -> AsyncConsumer:
+        """``client.consume``'s checks and subscription: a consumer kept here, its workers not started yet.
+
+        ``subscribe``, ``broker`` and ``publish`` are the client's (its ``subscribe``
+        as the caller finds it, so that an instrumented one is used; the broker of
+        its connection; a confirmed SEND for dead letters).
+        """
+        prefetch = check_consume_options(concurrency, prefetch, ack, on_error)
+        # An async function, or an object whose __call__ is one
+        if not (inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)):
+            raise ConfigurationError(f"handler must be an async function (async def), not {handler!r}")
+        sub = subscribe(destination, ack=ack, headers=headers, buffer_size=prefetch, id=id, durable=durable)
+        await sub.__aenter__()
+        warn_if_nack_loses(on_error, broker(), destination)
+        # The handlers' start times need only be comparable with each other: time.monotonic
+        # is a C call, where the loop's clock is a Python method around it (once per message).
+        consumer = AsyncConsumer(
+            sub, handler, concurrency=concurrency, on_error=on_error, publish=publish, clock=time.monotonic
+        )
+        self.add(consumer)
+        return consumer
 
     def add(self, consumer: AsyncConsumer) -> None:
         """Keep ``consumer`` (and forget the ones that are done)."""

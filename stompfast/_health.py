@@ -4,14 +4,24 @@
 can be connected while nothing arrives, or while every handler is stuck), so it
 also looks at the broker's heart-beats and at the running ``consume`` handlers.
 ``drain()`` returns a :class:`DrainReport`: what a graceful shutdown could not
-finish, counted instead of dropped.
+finish, counted instead of dropped. The client's ``health()`` and ``drain()`` are
+:func:`health_of` and :func:`drain` over what it hands them; neither sees the client.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Awaitable, Callable, List
 
-__all__ = ["DrainReport", "Health"]
+import anyio
+
+from ._receipt import PendingReceipt, await_receipts
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._consumer import ConsumerSet
+    from ._link import Link
+
+__all__ = ["DrainReport", "Health", "drain", "health_of"]
 
 
 @dataclass(frozen=True)
@@ -63,3 +73,40 @@ class DrainReport:
     def clean(self) -> bool:
         """Every handler finished and every receipt came."""
         return not (self.handlers_unfinished or self.receipts_unconfirmed)
+
+
+def health_of(state: str, connected: bool, link: "Link", now: float, consumers: "ConsumerSet", limit: float) -> Health:
+    """``client.health(handler_limit=limit)``: the client's ``state`` (as ``repr`` says it), its current ``link``.
+
+    ``now``: the loop's clock; ``consumers``: the client's ``consume()`` consumers.
+    """
+    interval = link.protocol.heart_beat[1] / 1000.0 if connected else 0.0
+    running, wedged = consumers.handlers(limit)
+    return Health(
+        state=state,
+        connected=connected,
+        heartbeat_interval=interval,
+        silence=link.silence(now) if interval else 0.0,
+        reader_paused=link.reader_paused(),
+        handlers_running=running,
+        handlers_wedged=wedged,
+    )
+
+
+async def drain(
+    timeout: float, consumers: "ConsumerSet", outstanding: Callable[[], List[PendingReceipt]],
+    close: Callable[[], Awaitable[None]],
+) -> DrainReport:
+    """``client.drain(timeout)``: finish the consumers, await the receipts, ``close``; what did not finish.
+
+    ``outstanding``: the receipts the client awaits now (asked once the consumers
+    finished; none when it is not connected); ``close``: the client's ``aclose``.
+    """
+    deadline = anyio.current_time() + timeout
+    unfinished, unhandled = await consumers.finish(deadline)
+    receipts = outstanding()
+    unconfirmed = await await_receipts(receipts, deadline) if receipts else 0
+    await close()
+    return DrainReport(
+        handlers_unfinished=unfinished, messages_unhandled=unhandled, receipts_unconfirmed=unconfirmed
+    )

@@ -12,6 +12,38 @@ connection's receipt registry and the two components built on them, the
 tasks; :meth:`Link.close` is the one teardown, whatever ended the connection,
 and reports what was lost. A new connection is a new Link: nothing of it is
 reused, so no task of an old connection can touch a new one.
+
+Theory of operation
+-------------------
+A live link runs up to four tasks in the client's task group, and nothing else:
+
+* **reader**: reads large chunks, feeds :class:`~stompfast._protocol.StompProtocol`
+  and dispatches every event of one read in one step: messages to their
+  subscription buffers (each consumer woken once), receipts to their waiters.
+  When a subscription's buffer is full it stops reading (backpressure; see
+  :mod:`._subscription`), and while stopped it suspends the liveness check. On
+  asyncio there is no reader task: the transport's ``data_received`` callback
+  runs the same steps (``Inbox.on_data`` in :mod:`._inbox`), and backpressure pauses the transport
+  until the full subscription's consumer takes a message (``Inbox._pause_for``);
+* **writer**: the client's ``send`` and friends only append encoded frames to an
+  outgoing list (no await unless the list holds ``send_buffer_bytes``) and wake
+  the writer when the list goes from empty to non-empty, so a burst of sends
+  becomes one socket write. Frames are written when the sending task next
+  yields to the event loop (any ``await`` that waits) or the buffer is full;
+  a task about to wait for a receipt writes what is queued itself when the
+  transport can take it at once (asyncio), saving the writer's turn;
+* **heart-beat sender**: writes an EOL whenever nothing was written for half
+  the negotiated interval, checking every quarter interval, so the broker sees
+  at most about 0.75 interval of silence;
+* **liveness watch**: if nothing at all arrived for the broker's interval times
+  ``heartbeat_tolerance`` while the reader was reading, the connection is
+  declared dead with :class:`~stompfast.HeartbeatTimeout`.
+
+Background tasks never raise into the caller's code: a failure (connection
+lost, ERROR frame, heart-beat timeout, framing fault) goes to ``on_failure``,
+the client's, which records it once, fails every pending receipt and every
+subscription with it and closes the link: the background tasks stop and the
+socket is closed.
 """
 
 from __future__ import annotations
@@ -23,6 +55,7 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tu
 
 import anyio
 import anyio.abc
+import sniffio
 
 from ._config import Endpoint
 from ._framelog import FrameLog, frame_log
@@ -47,10 +80,11 @@ from .errors import (
     ConnectTimeout,
     NotStompError,
     RemoteProtocolError,
+    StompError,
     TLSError,
 )
 
-__all__ = ["Link", "LinkSettings", "Lost", "open_link"]
+__all__ = ["Link", "LinkSettings", "Lost", "loop_and_clock", "open_link"]
 
 #: how a server's answer to CONNECT may begin (after heart-beat EOLs)
 _ANSWERS = (b"CONNECTED\n", b"CONNECTED\r\n", b"ERROR\n", b"ERROR\r\n")
@@ -197,6 +231,25 @@ def _receipt_failer(receipts: ReceiptRegistry, counters: Counters) -> Callable[[
         counters.receipts_failed += receipts.fail(error)
 
     return fail
+
+
+def loop_and_clock() -> Tuple[Any, Callable[[], float]]:
+    """(In the event loop.) The asyncio loop receipts wait on (None elsewhere) and the loop's clock, read fast.
+
+    The clock is what ``anyio.current_time()`` returns, without its backend lookup
+    per call: the reader stamps every read with it, a consumer every message.
+    """
+    library = sniffio.current_async_library()
+    if library == "asyncio":
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        return loop, loop.time
+    if library == "trio":
+        import trio
+
+        return None, trio.current_time
+    return None, anyio.current_time
 
 
 def _no_clock() -> float:
@@ -406,14 +459,6 @@ class Link:
         """Whether the broker's ERROR ended this connection and its later ERRORs are being read."""
         return self.inbox.ending
 
-    def reads_without_a_task(self) -> bool:
-        """Whether frames are read from the transport's callbacks (asyncio), not by a reader task."""
-        return self.inbox.push
-
-    async def write_queued(self) -> None:
-        """Write what is queued from the calling task and wait for the transport (a DISCONNECT on the way out)."""
-        await self.outbox.write_queued()
-
     def hand_counts_over(self) -> None:
         """(Under the registry lock.) This link is replaced: what its outbox and inbox counted joins the totals."""
         self.counters.add_link(self.outbox, self.inbox)
@@ -478,6 +523,26 @@ class Link:
     def expect_eof(self) -> None:
         """Our close is under way: an EOF from now on ends it, it is not a loss."""
         self.inbox.expect_eof()
+
+    async def disconnect(self, cancelled: bool) -> None:
+        """DISCONNECT with a receipt, written from the calling task, and wait for the receipt (the client's close).
+
+        Written from the caller: when the client's ``async with`` block is left by a
+        cancellation, the writer task is cancelled too. On trio the reader task is
+        cancelled with the block then (``cancelled``), so no receipt could be read
+        and none is awaited. A connection that goes down meanwhile ends it quietly.
+        """
+        try:
+            data, receipt_id = self.protocol.disconnect(receipt=True)
+            receipt = self.register(receipt_id)
+            self.queue(data)
+            self.counters.control += 1
+            await self.outbox.write_queued()
+            if not cancelled or self.inbox.push:
+                await receipt.wait()
+        except StompError:
+            # the connection went down while we were leaving
+            pass
 
     def close(self, error: BaseException, *, release: bool = False) -> Lost:
         """End this link (the one teardown, whatever ended it): what it lost is returned.

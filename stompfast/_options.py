@@ -6,7 +6,9 @@ are ``(url=None, **options: Unpack[ClientOptions])`` and get their introspected
 signature (``help()``, ``inspect.signature``, IDEs that read it) from here, so a
 new option is written once: a line in ClientOptions, its default in DEFAULTS and
 its description in AsyncClient's docstring. What each option means is documented
-there (and in docs/client.md).
+there (and in docs/client.md). :func:`link_settings` checks the options every
+connection is opened with and gathers them into the client's
+:class:`~stompfast._link.LinkSettings`.
 """
 
 
@@ -15,7 +17,8 @@ import inspect
 import ssl as _ssl
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ._config import Endpoint, parse_urls
+from ._config import Endpoint, check_positive, parse_urls
+from ._link import LinkSettings
 from ._protocol import SUPPORTED_VERSIONS
 from ._reconnect import ConnectionEvent, ReconnectPolicy
 from .errors import ConfigurationError
@@ -25,7 +28,10 @@ try:
 except ImportError:  # pragma: no cover - Python < 3.8
     from typing_extensions import TypedDict
 
-__all__ = ["DEFAULTS", "ClientOptions", "endpoints_and_policy", "resolve", "signature", "tls_options"]
+__all__ = [
+    "DEFAULTS", "PROTOCOL_OPTIONS", "ClientOptions", "endpoints_and_policy", "link_settings", "resolve", "signature",
+    "tls_options",
+]
 
 
 class ClientOptions(TypedDict, total=False):
@@ -164,3 +170,31 @@ def tls_options(
 
         require_wsproto()
     return ssl, server_hostname
+
+
+#: The options StompProtocol takes, passed on to each connection's session.
+PROTOCOL_OPTIONS = (
+    "versions", "heart_beat", "connect_headers", "use_stomp_command", "max_frame_bytes", "max_headers",
+    "max_header_bytes", "routing_headers", "client_id", "persistent",
+)
+
+
+def link_settings(o: Mapping[str, Any], endpoints: Sequence[Endpoint]) -> LinkSettings:
+    """The checked options every connection of a client is opened with (``o``: :func:`resolve`'s)."""
+    ssl_option, server_hostname = tls_options(o["ssl"], o["server_hostname"], endpoints)
+    heartbeat_tolerance = check_positive("heartbeat_tolerance", o["heartbeat_tolerance"])
+    if heartbeat_tolerance < 1:
+        raise ConfigurationError("heartbeat_tolerance must be at least 1 (a multiple of the broker's interval)")
+    ws_max = o["websocket_max_message_bytes"]
+    if type(ws_max) is not int or ws_max < 1:
+        raise ConfigurationError(f"websocket_max_message_bytes must be a positive int, not {ws_max!r}")
+    return LinkSettings(
+        ssl=ssl_option,
+        server_hostname=server_hostname,
+        connect_timeout=check_positive("connect_timeout", o["connect_timeout"]),
+        websocket_max_message_bytes=ws_max,
+        send_buffer_bytes=check_positive("send_buffer_bytes", o["send_buffer_bytes"]),
+        stall_timeout=check_positive("stall_timeout", o["stall_timeout"]),
+        heartbeat_tolerance=heartbeat_tolerance,
+        protocol_options={name: o[name] for name in PROTOCOL_OPTIONS},
+    )

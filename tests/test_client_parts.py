@@ -18,10 +18,12 @@ from typing import Set
 
 import stompfast
 from stompfast._client import AsyncClient as ClientClass
+from stompfast._direct_write import DirectWriter
 from stompfast._inbox import Inbox
 from stompfast._link import Link
 from stompfast._outbox import Outbox
 from stompfast._protocol import StompProtocol
+from stompfast._publishing import Publisher
 from stompfast._receipt import ReceiptRegistry
 from stompfast._stats import Counters
 from stompfast._supervisor import Supervisor
@@ -31,7 +33,7 @@ PACKAGE = Path(stompfast.__file__).parent
 #: the modules the client is made of
 PART_MODULES = (
     "_client", "_link", "_outbox", "_inbox", "_receipt", "_supervisor", "_stats", "_lifecycle", "_ending", "_request",
-    "_gate", "_subscribing", "_transaction",
+    "_gate", "_subscribing", "_transaction", "_publishing", "_direct_write",
 )
 #: the modules the sans-I/O session (StompProtocol) is made of
 PROTOCOL_MODULES = (
@@ -209,7 +211,7 @@ def test_the_client_is_not_a_mixin_and_holds_at_most_25_attributes():
     client = ClientClass("stomp://broker:61613")
     assert len(vars(client)) <= 25, sorted(vars(client))
     # every object the client is made of assigns its attributes in its own __init__ (slotted)
-    for cls in (Link, Outbox, Inbox, ReceiptRegistry, Supervisor, Counters):
+    for cls in (Link, Outbox, Inbox, ReceiptRegistry, Supervisor, Counters, Publisher, DirectWriter):
         assert "__slots__" in vars(cls), cls
         init = inspect.getsource(cls.__init__)
         for slot in cls.__slots__:
