@@ -8,9 +8,10 @@ Prints rows/s for:
   source's schema, ``--batch`` rows a micro-batch, rows as tuples and as one
   ``pyarrow.RecordBatch`` (the data is built once: only Spark's cost is measured);
 * **the broker's ceiling**: ``AsyncClient`` draining the same backlog in ``auto``
-  mode (no acks: the socket's rate), and in ``client`` mode with one cumulative ACK
-  per 10,000 messages or whenever the buffer runs dry (what the broker does for an
-  at-least-once consumer); publishing confirmed as the sink confirms on that broker
+  mode (no acks: the socket's rate), and in the mode the source acks in on that broker
+  (``client``: one cumulative ACK per 10,000 messages or whenever the buffer runs dry;
+  ``client-individual`` on ActiveMQ: an ACK per message), what the broker does for an
+  at-least-once consumer; publishing confirmed as the sink confirms on that broker
   (with its window), and without receipts;
 * **Spark's write ceiling**: the same rows written into a Python Arrow sink that
   discards them (the sink's path without the broker);
@@ -175,7 +176,10 @@ def broker_drain(url: str, q: str, n: int, ack: str) -> float:
                 last = batch[-1]
                 # A cumulative ACK per 10,000, or sooner when nothing more is buffered: a
                 # broker with a prefetch limit (ActiveMQ's is a few hundred) sends no more until then.
-                if ack == "client" and (unacked >= 10000 or not sub.pending):
+                if ack == "client-individual":
+                    for message in batch:
+                        await message.ack()
+                elif ack == "client" and (unacked >= 10000 or not sub.pending):
                     await c.ack(last)
                     unacked = 0
             if ack == "client" and last is not None:
@@ -301,14 +305,19 @@ def discard_sink() -> Any:
     return Sink
 
 
-def sink_confirmation(url: str) -> Tuple[str, int]:
-    """How the stomp sink confirms on this broker with default options: (mode, a receipt every N SENDs)."""
+def broker_modes(url: str) -> Tuple[str, int, str]:
+    """What the stomp sink and source do on this broker with default options.
+
+    (the sink's confirmation mode, a receipt every N SENDs, the source's ack mode)
+    """
     from stompfast import Client
     from stompfast.spark._sink import IN_ORDER_SERVERS
+    from stompfast.spark._source import _default_ack
 
     with Client(url) as c:
         server = c.server or ""
-    return ("every", 100) if server.startswith(IN_ORDER_SERVERS) else ("receipt", 1)
+    confirm, every = ("every", 100) if server.startswith(IN_ORDER_SERVERS) else ("receipt", 1)
+    return confirm, every, _default_ack(server)
 
 
 def run_stream(spark: Any, fmt: str, options: Dict[str, str], n: int, timeout: float,
@@ -382,7 +391,7 @@ def main() -> None:
     from stompfast._config import parse_url
 
     BROKER_PID = listener_pid(parse_url(url).port)
-    confirm, every = sink_confirmation(url)
+    confirm, every, source_ack = broker_modes(url)
     window = 2000  # the sink's default receiptWindow
     timeout = max(120.0, n / 1000)
     results: Dict[str, float] = {}
@@ -413,7 +422,8 @@ def main() -> None:
                      rate, f"(start-up {startup:.1f} s, {batches} batches)")
 
         if "broker" not in skip:
-            for ack in ("auto", "client"):
+            # auto: the socket's rate; then the mode the source acks in on this broker
+            for ack in ("auto", source_ack):
                 q = f"/queue/sf-bench-{uuid.uuid4().hex[:8]}"
                 publish(url, q, n, args.size)
                 show(f"broker ceiling: AsyncClient drain, ack={ack}", broker_drain(url, q, n, ack))
@@ -501,7 +511,8 @@ def main() -> None:
             if k.startswith("stomp read"):
                 print(f"  {k}: {v / read_ceiling:.2f} of the ceiling (target >= 0.80 with defaults)")
     write_bounds = [v for k, v in results.items()
-                    if k.startswith("spark ceiling: the same rows") or (k.startswith("broker ceiling") and "confirm=" in k)]
+                    if k.startswith("spark ceiling: the same rows")
+                    or (k.startswith("broker ceiling") and "confirm=" in k)]
     write_ceiling: Optional[float] = min(write_bounds, default=None)
     if write_ceiling:
         print(f"write ceiling (lower of the discarding Python sink and the broker's confirmed publish):"
