@@ -145,6 +145,15 @@ RABBITMQ_CLOCK = (
 )
 #: Exactly-once: seconds a confirmation of the acks waits for each connection's receipt.
 ACK_CONFIRM_TIMEOUT = 60.0
+#: ACKs sent on a connection before the broker must answer that it read them (one ACK per
+#: message, ``client-individual``): a whole batch at once (50,000 ACKs, 2-4 MB) stalled
+#: ActiveMQ Classic's connection for 30 s and more (docs/brokers.md, "ActiveMQ Classic:
+#: a backlog and bursts of ACKs"). Sent in the background: a read does not wait for them.
+ACK_STEP = 1000
+#: Seconds a step of ACKs waits for the broker's answer before the rest go out unpaced.
+ACK_STEP_TIMEOUT = 30.0
+#: Seconds closing the reader lets the ACKs under way finish (the rest are redelivered).
+ACK_CLOSE_WAIT = 10.0
 #: With ``minMessagesPerBatch``: the longest a trigger waits for the floor (Kafka's default, 15 minutes).
 DEFAULT_MAX_TRIGGER_DELAY = 900.0
 
@@ -213,11 +222,11 @@ class StompDataSource(DataSource):
 def _default_ack(server: Optional[str]) -> str:
     """The ack mode when the ``ack`` option is not set: by broker (CONNECTED's ``server`` header).
 
-    ActiveMQ Classic keeps only about 200 messages in flight to a ``client`` (cumulative)
-    subscriber that has not acked (measured here; the prefetch is not honoured in that
-    mode), which caps every micro-batch at about 200, while ``client-individual`` gets
-    the whole prefetch window. Elsewhere (RabbitMQ, ...) ``client``: one ACK per
-    subscription per batch.
+    ActiveMQ Classic pages a backlog in by about 200 messages and pages in more when an
+    ACK arrives, whatever the prefetch (docs/brokers.md, "ActiveMQ Classic"): one
+    cumulative ``client`` ACK per batch caps every micro-batch at about 200, while
+    ``client-individual``'s ACK per message keeps the backlog coming. Elsewhere
+    (RabbitMQ, ...) ``client``: one ACK per subscription per batch.
     """
     return "client-individual" if (server or "").startswith("ActiveMQ/") else "client"
 
@@ -262,8 +271,11 @@ class _ReaderRuntime:
         self._turn = 0
         if (self.clients[0].server or "").startswith("RabbitMQ/"):
             self.clock = (RABBITMQ_HOLD_WARNING, RABBITMQ_CLOCK)
-        # Exactly-once: the thread that waits for the brokers to confirm the acks
+        # The thread that sends paced ACKs and confirms exactly-once batches (_worker)
         self._confirmer: Optional[Any] = None
+        # Its last job (a Future), and whether close() began: paced ACKs stop waiting then
+        self._last_job: Optional[Any] = None
+        self.closing = False
         # (monotonic s) when the last batch was made: the floor's delay counts from it
         self.last_batch = time.monotonic()
         # Exactly-once: the keys of logged messages whose acks the broker may not have
@@ -384,7 +396,12 @@ class _ReaderRuntime:
         return len(done)
 
     def send_acks(self, messages: List[Any]) -> None:
-        """Queue the ACKs of ``messages`` behind the client's frames (no wait on its loop)."""
+        """Queue the ACKs of ``messages`` behind the client's frames (no wait on its loop).
+
+        Cumulative (``client``): the last message of each subscription, at once. One ACK
+        per message: more than ``ACK_STEP`` go out from the worker thread, ``ACK_STEP`` at
+        a time, each step once the broker answered a probe sent after the one before.
+        """
         mode = self.ack
         if not messages or mode == "auto":
             return
@@ -394,11 +411,47 @@ class _ReaderRuntime:
             # Subscription ids are unique across this reader's connections
             for message in messages:
                 last[message.subscription] = message
-            to_ack: List[Any] = list(last.values())
-        else:
-            to_ack = messages
-        for message in to_ack:
-            message.ack()
+            for message in last.values():
+                message.ack()
+            return
+        if len(messages) <= ACK_STEP and self._acks_done():
+            for message in messages:
+                message.ack()
+            return
+        self._last_job = self._worker().submit(self._paced_acks, list(messages))
+
+    def _paced_acks(self, messages: List[Any]) -> None:
+        """(The worker thread.) ACK ``messages`` ``ACK_STEP`` at a time, each step after the broker read the last."""
+        clients = list(self.clients)
+        wait = True
+        try:
+            for start in range(0, len(messages), ACK_STEP):
+                if start and wait and not self.closing:
+                    try:
+                        for client in clients:
+                            client.flush(timeout=ACK_STEP_TIMEOUT)
+                    except Exception as exc:
+                        # The connection's own failure, if it is one, reaches the next read
+                        log.info("stomp source: no answer to the ACKs sent (%s: %s); the rest go out unpaced",
+                                 type(exc).__name__, exc)
+                        wait = False
+                for message in messages[start:start + ACK_STEP]:
+                    message.ack()
+        except Exception as exc:
+            # A lost connection: the broker redelivers what was not acked
+            log.info("stomp source: ACKs stopped (%s: %s); the broker redelivers the rest", type(exc).__name__, exc)
+
+    def _worker(self) -> Any:
+        """The thread that sends paced ACKs and confirms exactly-once batches, one job after another."""
+        if self._confirmer is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._confirmer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stompfast-spark-acks")
+        return self._confirmer
+
+    def _acks_done(self) -> bool:
+        """No paced ACKs under way: a few ACKs then go out at once instead of queueing behind them."""
+        return self._last_job is None or self._last_job.done()
 
     def confirm_acks(self, batch_log: BatchLog, end: int) -> None:
         """Mark the log acked through ``end`` once every connection's broker confirmed the ACKs sent so far.
@@ -408,10 +461,6 @@ class _ReaderRuntime:
         A confirmation that fails leaves its batches to the next one, which covers them
         (the probe of ``flush`` follows every frame sent before it).
         """
-        if self._confirmer is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._confirmer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stompfast-spark-acks")
         clients = list(self.clients)
 
         def confirm() -> None:
@@ -423,11 +472,17 @@ class _ReaderRuntime:
                 log.info("stomp source: the acks through %d are not confirmed yet (%s: %s); the next batch's will be",
                          end, type(exc).__name__, exc)
 
-        self._confirmer.submit(confirm)
+        self._last_job = self._worker().submit(confirm)
 
     def close(self) -> None:
+        self.closing = True
         if self._confirmer is not None:
-            # A confirmation under way ends with its connection
+            # ACKs under way go out without waiting for answers now; a confirmation ends with its connection
+            if self._last_job is not None:
+                try:
+                    self._last_job.result(timeout=ACK_CLOSE_WAIT)
+                except Exception:
+                    log.debug("stomp source: the ACKs under way did not finish before closing", exc_info=True)
             self._confirmer.shutdown(wait=False, cancel_futures=True)
         for client in self.clients:
             try:
