@@ -272,8 +272,8 @@ class _ReaderRuntime:
         if (self.clients[0].server or "").startswith("RabbitMQ/"):
             self.clock = (RABBITMQ_HOLD_WARNING, RABBITMQ_CLOCK)
         # The thread that sends paced ACKs and confirms exactly-once batches (_worker)
-        self._confirmer: Optional[Any] = None
-        # Its last job (a Future), and whether close() began: paced ACKs stop waiting then
+        self._ack_thread: Optional[Any] = None
+        # Its last job of paced ACKs (a Future), and whether close() began: paced ACKs stop waiting then
         self._last_job: Optional[Any] = None
         self.closing = False
         # (monotonic s) when the last batch was made: the floor's delay counts from it
@@ -443,11 +443,11 @@ class _ReaderRuntime:
 
     def _worker(self) -> Any:
         """The thread that sends paced ACKs and confirms exactly-once batches, one job after another."""
-        if self._confirmer is None:
+        if self._ack_thread is None:
             from concurrent.futures import ThreadPoolExecutor
 
-            self._confirmer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stompfast-spark-acks")
-        return self._confirmer
+            self._ack_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stompfast-spark-acks")
+        return self._ack_thread
 
     def _acks_done(self) -> bool:
         """No paced ACKs under way: a few ACKs then go out at once instead of queueing behind them."""
@@ -472,18 +472,19 @@ class _ReaderRuntime:
                 log.info("stomp source: the acks through %d are not confirmed yet (%s: %s); the next batch's will be",
                          end, type(exc).__name__, exc)
 
-        self._last_job = self._worker().submit(confirm)
+        # Not waited for by close(): a confirmation ends with its connection
+        self._worker().submit(confirm)
 
     def close(self) -> None:
         self.closing = True
-        if self._confirmer is not None:
+        if self._ack_thread is not None:
             # ACKs under way go out without waiting for answers now; a confirmation ends with its connection
             if self._last_job is not None:
                 try:
                     self._last_job.result(timeout=ACK_CLOSE_WAIT)
                 except Exception:
                     log.debug("stomp source: the ACKs under way did not finish before closing", exc_info=True)
-            self._confirmer.shutdown(wait=False, cancel_futures=True)
+            self._ack_thread.shutdown(wait=False, cancel_futures=True)
         for client in self.clients:
             try:
                 client.close()

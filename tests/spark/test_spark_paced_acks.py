@@ -51,7 +51,7 @@ def runtime(clients: List[ScriptedClient], ack: str = "client-individual") -> An
     rt = object.__new__(_source._ReaderRuntime)
     rt.ack = ack
     rt.clients = clients
-    rt._confirmer = None
+    rt._ack_thread = None
     rt._last_job = None
     rt.closing = False
     return rt
